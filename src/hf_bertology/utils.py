@@ -1,0 +1,25 @@
+"""Small shared helpers: the library's error type and its logger.
+
+Every user-facing failure (bad file, bad flag, bad checkpoint) raises :class:`BertologyError` with one line that
+names the culprit; the command line prints that line and exits with status 2 instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+
+logger = logging.getLogger("hf_bertology")
+
+
+class BertologyError(Exception):
+    """A user-facing error: one clear line, no traceback on the command line."""
+
+
+def set_verbosity(level: int = logging.INFO) -> None:
+    """Log our messages (and transformers') at ``level`` to stderr, once."""
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+        logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = False
