@@ -1,0 +1,59 @@
+# hf_bertology — every target works on a fresh clone: it creates .venv, installs, then runs.
+# torch is installed only when none is importable (users with a CUDA build keep theirs); CI pins the CPU wheel
+# with TORCH_SPEC=torch==2.13.0.
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+RECIPE ?= electra-small
+TRAIN_FILE ?=
+OUTPUT_DIR ?= runs/$(RECIPE)
+MAX_STEPS ?= 2000
+MODEL ?= runs/$(RECIPE)
+TASK ?= sst2
+DATA_DIR ?= ../shared/data/glue/SST-2
+GLUE_OUTPUT_DIR ?= runs/glue-$(TASK)
+
+.PHONY: install test test-slow pretrain glue bench style quality clean
+
+$(PY):
+	$(PYTHON) -m venv --system-site-packages $(VENV)
+
+$(STAMP): $(PY) pyproject.toml
+	@$(PY) -c "import torch" 2>/dev/null && echo "torch already importable: $$($(PY) -c 'import torch; print(torch.__version__)')" \
+		|| $(PY) -m pip install "$(TORCH_SPEC)"
+	$(PY) -m pip install -e ".[dev]"
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow tests
+
+pretrain: $(STAMP)
+	$(PY) -m hf_bertology pretrain --recipe $(RECIPE) --output_dir $(OUTPUT_DIR) --max_steps $(MAX_STEPS) \
+		$(if $(TRAIN_FILE),--train_file $(TRAIN_FILE),--dataset_name wikitext --dataset_config_name wikitext-2-raw-v1) \
+		--logging_steps 50 --save_steps 500 --save_total_limit 2
+
+glue: $(STAMP)
+	$(PY) -m hf_bertology glue --model_name_or_path $(MODEL) --task_name $(TASK) --data_dir $(DATA_DIR) \
+		--output_dir $(GLUE_OUTPUT_DIR)
+
+bench: $(STAMP)
+	@for f in benchmarks/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+
+style: $(STAMP)
+	$(PY) -m ruff format src tests examples benchmarks
+	$(PY) -m ruff check --fix src tests examples benchmarks
+
+quality: $(STAMP)
+	$(PY) -m ruff format --check src tests examples benchmarks
+	$(PY) -m ruff check src tests examples benchmarks
+
+clean:
+	rm -rf $(VENV) build dist .pytest_cache .ruff_cache src/*.egg-info
