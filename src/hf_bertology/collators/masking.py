@@ -1,0 +1,177 @@
+"""Token and whole-word masking for masked language modelling (BERT, RoBERTa, ELECTRA's generator input).
+
+Follows google-research/bert `create_masked_lm_predictions` (exact count per sequence, 80/10/10 per token,
+whole-word groups skipped when they would overflow the count) and fairseq's `MaskTokensDataset` (dynamic: a new
+mask each time a sequence is seen; random tokens from the non-special vocabulary). Written here rather than reusing
+transformers' `DataCollatorForLanguageModeling`, which draws a per-token Bernoulli (no exact count, no cap), masks
+special tokens unless given a mask, and supports whole words only with pre-padded offset features and
+`mask_replace_prob=1`. Everything is vectorised over the batch: no Python loop over tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from ..utils import BertologyError
+from .base import RandomSource, non_special_vocab, pad_features, special_ids, word_start_table
+
+
+def rank_within_rows(scores: torch.Tensor) -> torch.Tensor:
+    """`(B, L)` -> the rank (0 = smallest) of each entry within its row."""
+    order = scores.argsort(dim=1)
+    ranks = torch.empty_like(order)
+    ranks.scatter_(1, order, torch.arange(scores.shape[1]).expand_as(order))
+    return ranks
+
+
+def choose_whole_words(
+    candidates: torch.Tensor, word_starts: torch.Tensor, budget: torch.Tensor, generator: torch.Generator | None
+) -> torch.Tensor:
+    """Pick whole words in a random order until each row's token `budget` is met; `(B, L)` bool.
+
+    As in BERT's whole-word masking, a word that would overflow the budget is skipped and later (shorter) words
+    are still tried: rounds of "take the longest prefix of the shuffled words that fit" until nothing fits.
+    """
+    batch, length = candidates.shape
+    starts = word_starts | ~candidates
+    starts[:, 1:] |= ~candidates[:, :-1]  # a word never continues across a special token or padding
+    word_id = starts.long().cumsum(1) - 1  # (B, L) index of each token's word
+    word_len = torch.zeros(batch, length, dtype=torch.long).scatter_add_(1, word_id, candidates.long())
+    scores = torch.rand(batch, length, generator=generator)
+    scores[word_len == 0] = 2.0  # not a word (or a non-candidate): sorted last, never taken
+    order = scores.argsort(dim=1)  # (B, L) words in random order
+    sorted_len = word_len.gather(1, order)
+    taken = torch.zeros(batch, length, dtype=torch.bool)
+    remaining = budget.clone()
+    for _ in range(length):
+        fits = ~taken & (sorted_len > 0) & (sorted_len <= remaining[:, None])
+        lengths = sorted_len * fits
+        new = fits & (lengths.cumsum(1) <= remaining[:, None])
+        if not new.any():
+            break
+        taken |= new
+        remaining -= (lengths * new).sum(1)
+    chosen_words = torch.zeros(batch, length, dtype=torch.bool).scatter_(1, order, taken)
+    return chosen_words.gather(1, word_id) & candidates
+
+
+@dataclass
+class DataCollatorForMaskedLM:
+    """Pads features and masks an exact number of tokens per sequence for masked language modelling.
+
+    Per sequence, `n = min(max_predictions_per_seq, max(1, round(num_real_tokens * mlm_probability)))` positions
+    are chosen uniformly without replacement among the real, non-special tokens (the count includes the special
+    tokens, as in BERT). Of the chosen tokens, each independently becomes the mask token with probability
+    `mask_replace_prob`, a random token from the non-special vocabulary with `random_replace_prob`, and stays
+    unchanged otherwise. Expected statistics: the masked count is exact; the split is 0.80/0.10/0.10 by default;
+    special tokens and padding are never chosen; a new mask is drawn on every call (dynamic masking).
+
+    With `whole_word_mask=True`, whole words are chosen (word starts from the features' `word_starts`, else from the
+    tokenizer's vocabulary) until the count is met; words that would overflow are skipped, so the count can fall
+    short by less than one word. 80/10/10 is still drawn per token, as in BERT.
+
+    Input features: dicts with `input_ids` (list of ints, special tokens included) and optionally `token_type_ids`,
+    `word_starts`, and per-example labels (`next_sentence_label`, ...) that are passed through.
+    Output: `input_ids`, `attention_mask`, `labels` (-100 where nothing is predicted), and the pass-through keys.
+    """
+
+    tokenizer: PreTrainedTokenizerBase
+    mlm_probability: float = 0.15
+    max_predictions_per_seq: int | None = None
+    mask_replace_prob: float = 0.8
+    random_replace_prob: float = 0.1
+    whole_word_mask: bool = False
+    pad_to_multiple_of: int | None = None
+    seed: int | None = None
+    return_tensors: str = "pt"
+    _random: RandomSource = field(init=False, repr=False)
+
+    def __post_init__(self):
+        if self.tokenizer.mask_token_id is None:
+            raise BertologyError(
+                f"the tokenizer ({type(self.tokenizer).__name__}) has no mask token: masked language modelling needs "
+                "one (set `tokenizer.mask_token`, or train a family tokenizer with --vocab_size)"
+            )
+        if self.tokenizer.pad_token_id is None:
+            raise BertologyError(f"the tokenizer ({type(self.tokenizer).__name__}) has no padding token")
+        if not 0.0 < self.mlm_probability < 1.0:
+            raise ValueError(f"mlm_probability must be in (0, 1), got {self.mlm_probability}")
+        if min(self.mask_replace_prob, self.random_replace_prob) < 0 or (
+            self.mask_replace_prob + self.random_replace_prob > 1
+        ):
+            raise ValueError("mask_replace_prob and random_replace_prob must be >= 0 and sum to at most 1")
+        if self.max_predictions_per_seq is not None and self.max_predictions_per_seq < 1:
+            raise ValueError("max_predictions_per_seq must be >= 1 or None")
+        if self.return_tensors != "pt":
+            raise ValueError("only return_tensors='pt' is supported")
+        self._random = RandomSource(self.seed)
+        self._special = special_ids(self.tokenizer)
+        self._replacements = non_special_vocab(self.tokenizer)
+        self._word_start_table: torch.Tensor | None = None
+
+    @classmethod
+    def from_config(cls, config, tokenizer: PreTrainedTokenizerBase, **overrides) -> DataCollatorForMaskedLM:
+        """Build the collator a config's recipe describes (`mlm_probability`, `max_predictions_per_seq`, ...)."""
+        names = ("mlm_probability", "max_predictions_per_seq", "mask_replace_prob", "random_replace_prob")
+        kwargs = {name: getattr(config, name) for name in names + ("whole_word_mask",) if hasattr(config, name)}
+        kwargs.update(overrides)
+        return cls(tokenizer=tokenizer, **kwargs)
+
+    def num_to_predict(self, num_real: torch.Tensor, num_candidates: torch.Tensor) -> torch.Tensor:
+        """`min(max_predictions, max(1, round(n * rate)))`, never more than the candidates."""
+        count = torch.round(num_real.double() * self.mlm_probability).long().clamp(min=1)
+        if self.max_predictions_per_seq is not None:
+            count = count.clamp(max=self.max_predictions_per_seq)
+        return torch.minimum(count, num_candidates)
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        batch = pad_features(features, self.tokenizer.pad_token_id, self.pad_to_multiple_of)
+        word_starts = batch.pop("word_starts", None)
+        special_mask = batch.pop("special_tokens_mask", None)
+        input_ids, attention = batch["input_ids"], batch["attention_mask"].bool()
+        candidates = attention & ~torch.isin(input_ids, self._special)
+        if special_mask is not None:
+            candidates &= ~special_mask.bool()
+        chosen = self.choose(input_ids, attention, candidates, word_starts)
+        batch["labels"] = torch.where(chosen, input_ids, -100)
+        batch["input_ids"] = self.corrupt(input_ids, chosen)
+        return batch
+
+    def choose(
+        self,
+        input_ids: torch.Tensor,
+        attention: torch.Tensor,
+        candidates: torch.Tensor,
+        word_starts: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """`(B, L)` bool: the positions to predict."""
+        generator = self._random.generator()
+        budget = self.num_to_predict(attention.sum(1), candidates.sum(1))
+        if self.whole_word_mask:
+            if word_starts is None:
+                if self._word_start_table is None:
+                    self._word_start_table = word_start_table(self.tokenizer)
+                word_starts = self._word_start_table[input_ids]
+            return choose_whole_words(candidates, word_starts.bool(), budget, generator)
+        scores = torch.rand(input_ids.shape, generator=generator)
+        scores[~candidates] = 2.0  # non-candidates rank last
+        return rank_within_rows(scores) < budget[:, None]
+
+    def corrupt(self, input_ids: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
+        """Replace the chosen positions: mask token / random non-special token / unchanged."""
+        generator = self._random.generator()
+        draw = torch.rand(input_ids.shape, generator=generator)
+        to_mask = chosen & (draw < self.mask_replace_prob)
+        to_random = (
+            chosen & (draw >= self.mask_replace_prob) & (draw < self.mask_replace_prob + self.random_replace_prob)
+        )
+        corrupted = input_ids.masked_fill(to_mask, self.tokenizer.mask_token_id)
+        n_random = int(to_random.sum())
+        if n_random:
+            picks = torch.randint(len(self._replacements), (n_random,), generator=generator)
+            corrupted[to_random] = self._replacements[picks]
+        return corrupted

@@ -1,0 +1,80 @@
+"""Text -> datasets of token ids, ready for a collator.
+
+    corpus = load_corpus(train_files=["wiki_00"])             # one document per row ("text")
+    tokenized = tokenize_corpus(corpus, tokenizer)             # sentences of ids + word starts
+    dataset = build_pretraining_dataset(tokenized, tokenizer, config, max_seq_length=128)
+
+`build_pretraining_dataset` picks the builder named by `config.input_format` from `INPUT_FORMATS`: a recipe says
+how its examples are made, and a new format is one more entry here, not a branch elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import datasets
+from transformers import PreTrainedTokenizerBase
+
+from ..utils import BertologyError
+from .corpus import expand_paths, load_corpus, read_documents, split_sentences
+from .packing import pack_sentences
+from .pairs import build_nsp_pairs
+from .tokenize import tokenize_corpus
+from .vocab import train_tokenizer
+
+
+def _full_sentences(tokenized, tokenizer, config, max_seq_length, seed, num_proc):
+    return pack_sentences(tokenized, tokenizer, max_seq_length, cross_documents=True, num_proc=num_proc)
+
+
+def _doc_sentences(tokenized, tokenizer, config, max_seq_length, seed, num_proc):
+    return pack_sentences(tokenized, tokenizer, max_seq_length, cross_documents=False, num_proc=num_proc)
+
+
+def _nsp_pairs(tokenized, tokenizer, config, max_seq_length, seed, num_proc):
+    return build_nsp_pairs(
+        tokenized,
+        tokenizer,
+        max_seq_length,
+        short_seq_prob=getattr(config, "short_seq_prob", 0.1),
+        random_next_prob=getattr(config, "nsp_random_prob", 0.5),
+        seed=seed,
+        num_proc=num_proc,
+    )
+
+
+# input_format -> builder(tokenized, tokenizer, config, max_seq_length, seed, num_proc)
+INPUT_FORMATS: dict[str, Callable] = {
+    "full_sentences": _full_sentences,
+    "doc_sentences": _doc_sentences,
+    "nsp_pairs": _nsp_pairs,
+}
+
+
+def build_pretraining_dataset(
+    tokenized: datasets.Dataset | datasets.IterableDataset,
+    tokenizer: PreTrainedTokenizerBase,
+    config,
+    max_seq_length: int,
+    seed: int = 42,
+    num_proc: int | None = None,
+) -> datasets.Dataset | datasets.IterableDataset:
+    """The examples `config.input_format` describes, from a tokenized corpus."""
+    input_format = getattr(config, "input_format", "full_sentences")
+    if input_format not in INPUT_FORMATS:
+        raise BertologyError(f"unknown input_format {input_format!r}; known: {', '.join(INPUT_FORMATS)}")
+    return INPUT_FORMATS[input_format](tokenized, tokenizer, config, max_seq_length, seed, num_proc)
+
+
+__all__ = [
+    "INPUT_FORMATS",
+    "build_nsp_pairs",
+    "build_pretraining_dataset",
+    "expand_paths",
+    "load_corpus",
+    "pack_sentences",
+    "read_documents",
+    "split_sentences",
+    "tokenize_corpus",
+    "train_tokenizer",
+]

@@ -1,0 +1,96 @@
+"""Packing sentences into `max_seq_length` blocks: RoBERTa's FULL-SENTENCES and DOC-SENTENCES (Liu et al. §4.2).
+
+- FULL-SENTENCES: contiguous whole sentences, which may cross document boundaries, with an extra separator token
+  between documents (fairseq `TokenBlockDataset`, `sample_break_mode: complete`). Documents are carried across
+  within one `map` batch (1,000 documents); a block never spans two batches.
+- DOC-SENTENCES: the same, but a block never crosses a document; the last block of a document may be short.
+
+A sentence longer than a block is cut into block-sized pieces. Each block is `[CLS] ... [SEP]` (`<s> ... </s>`).
+"""
+
+from __future__ import annotations
+
+import datasets
+from transformers import PreTrainedTokenizerBase
+
+from ..utils import BertologyError
+
+PACKED_FEATURES = datasets.Features(
+    {
+        "input_ids": datasets.Sequence(datasets.Value("int32")),
+        "word_starts": datasets.Sequence(datasets.Value("int8")),
+    }
+)
+
+
+def block_tokens(tokenizer: PreTrainedTokenizerBase) -> tuple[int, int]:
+    """(start, end) special ids of a single-segment block: [CLS]/[SEP] or <s>/</s>."""
+    start = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
+    end = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
+    if start is None or end is None:
+        raise BertologyError(f"the tokenizer ({type(tokenizer).__name__}) has no [CLS]/<s> or [SEP]/</s> token")
+    return start, end
+
+
+def pack_batch(
+    batch: dict[str, list], start_id: int, end_id: int, max_seq_length: int, cross_documents: bool
+) -> dict[str, list]:
+    capacity = max_seq_length - 2
+    out_ids: list[list[int]] = []
+    out_starts: list[list[int]] = []
+    ids: list[int] = []
+    starts: list[int] = []
+
+    def flush():
+        if ids:
+            out_ids.append([start_id, *ids, end_id])
+            out_starts.append([1, *starts, 1])
+            ids.clear()
+            starts.clear()
+
+    for doc_ids, doc_starts in zip(batch["input_ids"], batch["word_starts"]):
+        for sentence, sentence_starts in zip(doc_ids, doc_starts):
+            for begin in range(0, len(sentence), capacity):
+                piece = sentence[begin : begin + capacity]
+                if len(ids) + len(piece) > capacity:
+                    flush()
+                ids.extend(piece)
+                starts.extend(sentence_starts[begin : begin + capacity])
+        if not cross_documents:
+            flush()
+        elif ids:
+            if len(ids) + 1 > capacity:
+                flush()  # the block's own end token already separates the documents
+            else:
+                ids.append(end_id)  # the extra separator between documents
+                starts.append(1)
+    flush()
+    return {"input_ids": out_ids, "word_starts": out_starts}
+
+
+def pack_sentences(
+    tokenized: datasets.Dataset | datasets.IterableDataset,
+    tokenizer: PreTrainedTokenizerBase,
+    max_seq_length: int,
+    cross_documents: bool = True,
+    num_proc: int | None = None,
+) -> datasets.Dataset | datasets.IterableDataset:
+    """Blocks of at most `max_seq_length` tokens (specials included) from a tokenized corpus."""
+    if max_seq_length < 3:
+        raise BertologyError(f"max_seq_length must be at least 3, got {max_seq_length}")
+    start_id, end_id = block_tokens(tokenizer)
+    kwargs = {
+        "batched": True,
+        "batch_size": 1000,
+        "remove_columns": tokenized.column_names,
+        "features": PACKED_FEATURES,
+        "fn_kwargs": {
+            "start_id": start_id,
+            "end_id": end_id,
+            "max_seq_length": max_seq_length,
+            "cross_documents": cross_documents,
+        },
+    }
+    if isinstance(tokenized, datasets.Dataset):
+        kwargs.update(num_proc=num_proc, desc="FULL-SENTENCES" if cross_documents else "DOC-SENTENCES")
+    return tokenized.map(pack_batch, **kwargs)

@@ -1,0 +1,139 @@
+"""Segment pairs for sentence-level objectives: BERT's next-sentence prediction (NSP).
+
+Follows google-research/bert `create_pretraining_data.py: create_instances_from_document`: a target length per
+document (`max_seq_length - 3`, or with `short_seq_prob` a random one in [2, max]); sentences are gathered into a
+chunk until it reaches the target; A is the chunk's first `randint(1, len-1)` sentences; with probability 0.5 (always
+for a one-sentence chunk) B starts at a random sentence of another document and the unused sentences are put back,
+else B is the rest of the chunk; `truncate_seq_pair` trims the longer side from the front or the back. Label 0 = B
+follows A, 1 = B is random. The "other document" is drawn from the same `map` batch (1,000 documents) rather than
+the whole corpus, so the dataset can be built in parallel and streamed; each batch has its own seeded generator.
+"""
+
+from __future__ import annotations
+
+import random
+
+import datasets
+from transformers import PreTrainedTokenizerBase
+
+from ..utils import BertologyError
+
+PAIR_FEATURES = datasets.Features(
+    {
+        "input_ids": datasets.Sequence(datasets.Value("int32")),
+        "token_type_ids": datasets.Sequence(datasets.Value("int8")),
+        "word_starts": datasets.Sequence(datasets.Value("int8")),
+        "next_sentence_label": datasets.Value("int8"),
+    }
+)
+
+
+def truncate_seq_pair(a: list, b: list, a_starts: list, b_starts: list, max_tokens: int, rng: random.Random):
+    """Trim the longer segment, from the front or the back at random, until both fit (BERT's truncate_seq_pair)."""
+    while len(a) + len(b) > max_tokens:
+        ids, starts = (a, a_starts) if len(a) > len(b) else (b, b_starts)
+        if rng.random() < 0.5:
+            del ids[0], starts[0]
+        else:
+            ids.pop()
+            starts.pop()
+
+
+def _concat(sentences: list[list[int]]) -> list[int]:
+    return [token for sentence in sentences for token in sentence]
+
+
+def pair_layout(a: list[int], b: list[int], a_starts: list[int], b_starts: list[int], cls_id: int, sep_id: int):
+    """`[CLS] A [SEP] B [SEP]` with segment ids 0 for `[CLS] A [SEP]` and 1 for `B [SEP]`."""
+    return (
+        [cls_id, *a, sep_id, *b, sep_id],
+        [0] * (len(a) + 2) + [1] * (len(b) + 1),
+        [1, *a_starts, 1, *b_starts, 1],
+    )
+
+
+def nsp_batch(
+    batch: dict[str, list],
+    indices: list[int],
+    cls_id: int,
+    sep_id: int,
+    max_seq_length: int,
+    short_seq_prob: float,
+    random_next_prob: float,
+    seed: int,
+) -> dict[str, list]:
+    rng = random.Random(seed * 1_000_003 + (indices[0] if indices else 0))
+    docs, doc_starts = batch["input_ids"], batch["word_starts"]
+    out = {"input_ids": [], "token_type_ids": [], "word_starts": [], "next_sentence_label": []}
+    max_tokens = max_seq_length - 3
+    for d, (document, starts) in enumerate(zip(docs, doc_starts)):
+        target = rng.randint(2, max_tokens) if rng.random() < short_seq_prob else max_tokens
+        chunk, chunk_starts, length, i = [], [], 0, 0
+        while i < len(document):
+            chunk.append(document[i])
+            chunk_starts.append(starts[i])
+            length += len(document[i])
+            if i == len(document) - 1 or length >= target:
+                a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
+                a, a_st = _concat(chunk[:a_end]), _concat(chunk_starts[:a_end])
+                is_random = len(docs) > 1 and (len(chunk) == 1 or rng.random() < random_next_prob)
+                if is_random:
+                    other = d
+                    for _ in range(10):  # BERT tries 10 times to find another document
+                        other = rng.randrange(len(docs))
+                        if other != d:
+                            break
+                    b, b_st = [], []
+                    begin = rng.randrange(len(docs[other]))
+                    for sentence, sentence_starts in zip(docs[other][begin:], doc_starts[other][begin:]):
+                        b.extend(sentence)
+                        b_st.extend(sentence_starts)
+                        if len(b) >= target - len(a):
+                            break
+                    i -= len(chunk) - a_end  # put the unused sentences back
+                else:
+                    b, b_st = _concat(chunk[a_end:]), _concat(chunk_starts[a_end:])
+                truncate_seq_pair(a, b, a_st, b_st, max_tokens, rng)
+                if a and b:
+                    ids, types, word_starts = pair_layout(a, b, a_st, b_st, cls_id, sep_id)
+                    out["input_ids"].append(ids)
+                    out["token_type_ids"].append(types)
+                    out["word_starts"].append(word_starts)
+                    out["next_sentence_label"].append(int(is_random))
+                chunk, chunk_starts, length = [], [], 0
+            i += 1
+    return out
+
+
+def build_nsp_pairs(
+    tokenized: datasets.Dataset | datasets.IterableDataset,
+    tokenizer: PreTrainedTokenizerBase,
+    max_seq_length: int,
+    short_seq_prob: float = 0.1,
+    random_next_prob: float = 0.5,
+    seed: int = 42,
+    num_proc: int | None = None,
+) -> datasets.Dataset | datasets.IterableDataset:
+    """NSP examples (`input_ids`, `token_type_ids`, `word_starts`, `next_sentence_label`) from a tokenized corpus."""
+    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
+        raise BertologyError(f"NSP pairs need [CLS] and [SEP] tokens; {type(tokenizer).__name__} lacks one")
+    if max_seq_length < 5:
+        raise BertologyError(f"max_seq_length must be at least 5 for sentence pairs, got {max_seq_length}")
+    kwargs = {
+        "batched": True,
+        "batch_size": 1000,
+        "with_indices": True,
+        "remove_columns": tokenized.column_names,
+        "features": PAIR_FEATURES,
+        "fn_kwargs": {
+            "cls_id": tokenizer.cls_token_id,
+            "sep_id": tokenizer.sep_token_id,
+            "max_seq_length": max_seq_length,
+            "short_seq_prob": short_seq_prob,
+            "random_next_prob": random_next_prob,
+            "seed": seed,
+        },
+    }
+    if isinstance(tokenized, datasets.Dataset):
+        kwargs.update(num_proc=num_proc, desc="NSP segment pairs")
+    return tokenized.map(nsp_batch, **kwargs)

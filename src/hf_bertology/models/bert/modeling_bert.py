@@ -1,0 +1,148 @@
+"""BERT pretraining (masked LM + next-sentence prediction) with sparse prediction.
+
+Parameter names are exactly those of `transformers.BertForPreTraining` (`bert.*`, `cls.predictions.*`,
+`cls.seq_relationship.*`), so `AutoModelForPreTraining` loads our checkpoints with plain `transformers`. What we add:
+
+- **Sparse prediction**: the MLM head (transform + tied decoder) runs only on the positions that have a label, as
+  in the official `get_masked_lm_output` (google-research/bert `run_pretraining.py`, which gathers
+  `masked_lm_positions` first). `transformers` projects every position onto the vocabulary; we measured the
+  sparse head to be faster (benchmarks/sparse_mlm.py).
+- **Losses that add up across micro-batches and processes**: given the Trainer's `num_items_in_batch` (our
+  `BertologyTrainer` passes one count per objective), each component is a sum divided by the count over the whole
+  optimizer step, so gradient accumulation and DDP give the gradients of one large batch.
+
+This file imports only torch, transformers and its own folder, so `save_pretrained` copies a self-contained module
+for `trust_remote_code=True`.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from transformers import BertModel, BertPreTrainedModel
+from transformers.modeling_outputs import ModelOutput
+from transformers.models.bert.modeling_bert import BertPreTrainingHeads
+
+from .configuration_bert import BertologyBertConfig
+
+
+@dataclass
+class BertologyBertForPreTrainingOutput(ModelOutput):
+    """
+    loss: `mlm_loss + nsp_loss`.
+    prediction_logits: `(num_masked, vocab_size)` at the labelled positions when `labels` are given (sparse),
+        else `(batch, seq_len, vocab_size)`.
+    seq_relationship_logits: `(batch, 2)`; class 0 = B follows A, 1 = B is random.
+    """
+
+    loss: torch.Tensor | None = None
+    mlm_loss: torch.Tensor | None = None
+    nsp_loss: torch.Tensor | None = None
+    mlm_accuracy: torch.Tensor | None = None
+    nsp_accuracy: torch.Tensor | None = None
+    prediction_logits: torch.Tensor | None = None
+    seq_relationship_logits: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+def _denominator(num_items_in_batch, key: str, local_count: torch.Tensor, local_tokens: torch.Tensor):
+    """Count that turns a summed loss into the mean over the whole optimizer step.
+
+    `BertologyTrainer` passes a dict of counts per label key (summed over accumulated micro-batches and processes).
+    The stock Trainer passes one int (masked tokens); a sequence-level loss is then weighted by this micro-batch's
+    share of those tokens. Without any count (plain forward) the local count gives the usual mean.
+    """
+    if isinstance(num_items_in_batch, Mapping):
+        if key in num_items_in_batch:
+            return num_items_in_batch[key]
+        num_items_in_batch = num_items_in_batch.get("labels")
+    if num_items_in_batch is None:
+        return local_count.clamp(min=1)
+    if key == "labels":
+        return num_items_in_batch
+    return local_count * num_items_in_batch / local_tokens.clamp(min=1)
+
+
+class BertologyBertForPreTraining(BertPreTrainedModel):
+    config_class = BertologyBertConfig
+    _auto_class = "AutoModelForPreTraining"
+    # The loss is normalised by `num_items_in_batch` (see `_denominator`), so the Trainer must pass it.
+    accepts_loss_kwargs = True
+    _tied_weights_keys = {
+        "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
+        "cls.predictions.decoder.bias": "cls.predictions.bias",
+    }
+
+    def __init__(self, config: BertologyBertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config)
+        self.cls = BertPreTrainingHeads(config)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.cls.predictions.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.cls.predictions.decoder = new_embeddings
+        self.cls.predictions.bias = new_embeddings.bias
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        next_sentence_label: torch.Tensor | None = None,
+        num_items_in_batch: Mapping | torch.Tensor | int | None = None,
+        **kwargs,
+    ) -> BertologyBertForPreTrainingOutput:
+        r"""
+        labels (`(batch, seq_len)`): original token ids at the positions to predict, -100 elsewhere.
+        next_sentence_label (`(batch,)`): 0 if segment B follows A, 1 if B is random.
+        """
+        outputs = self.bert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        sequence_output, pooled_output = outputs.last_hidden_state, outputs.pooler_output
+        nsp_logits = self.cls.seq_relationship(pooled_output)  # (B, 2)
+
+        loss = mlm_loss = nsp_loss = mlm_accuracy = nsp_accuracy = None
+        if labels is None:
+            prediction_logits = self.cls.predictions(sequence_output)  # (B, T, V)
+        else:
+            predicted = labels.ne(-100)  # (B, T)
+            targets = labels[predicted]  # (M,)
+            prediction_logits = self.cls.predictions(sequence_output[predicted])  # (M, V): sparse prediction
+            n_tokens = predicted.sum()
+            mlm_sum = F.cross_entropy(prediction_logits.float(), targets, reduction="sum")
+            mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", n_tokens, n_tokens)
+            mlm_accuracy = (prediction_logits.argmax(-1) == targets).float().mean()
+            loss = mlm_loss
+            if next_sentence_label is not None:
+                n_seq = torch.tensor(next_sentence_label.numel(), device=labels.device)
+                nsp_sum = F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1), reduction="sum")
+                nsp_loss = nsp_sum / _denominator(num_items_in_batch, "next_sentence_label", n_seq, n_tokens)
+                nsp_accuracy = (nsp_logits.argmax(-1) == next_sentence_label.view(-1)).float().mean()
+                loss = loss + nsp_loss
+
+        return BertologyBertForPreTrainingOutput(
+            loss=loss,
+            mlm_loss=mlm_loss,
+            nsp_loss=nsp_loss,
+            mlm_accuracy=mlm_accuracy,
+            nsp_accuracy=nsp_accuracy,
+            prediction_logits=prediction_logits,
+            seq_relationship_logits=nsp_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )

@@ -1,0 +1,105 @@
+"""RoBERTa pretraining: masked LM only, with sparse prediction.
+
+Parameter names are exactly those of `transformers.RobertaForMaskedLM` (`roberta.*`, `lm_head.*`), so
+`AutoModelForMaskedLM` loads our checkpoints with plain `transformers`. The LM head runs only on the labelled
+positions (fairseq's `RobertaLMHead` does the same with `masked_tokens`), and the loss is a sum divided by the
+Trainer's `num_items_in_batch` so gradient accumulation and DDP give the gradients of one large batch.
+
+This file imports only torch, transformers and its own folder (`trust_remote_code=True` works without
+hf_bertology).
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from transformers import RobertaModel, RobertaPreTrainedModel
+from transformers.modeling_outputs import ModelOutput
+from transformers.models.roberta.modeling_roberta import RobertaLMHead
+
+from .configuration_roberta import BertologyRobertaConfig
+
+
+@dataclass
+class BertologyRobertaForPreTrainingOutput(ModelOutput):
+    """
+    loss: equals `mlm_loss`.
+    logits: `(num_masked, vocab_size)` at the labelled positions when `labels` are given (sparse), else
+        `(batch, seq_len, vocab_size)`.
+    """
+
+    loss: torch.Tensor | None = None
+    mlm_loss: torch.Tensor | None = None
+    mlm_accuracy: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+class BertologyRobertaForPreTraining(RobertaPreTrainedModel):
+    config_class = BertologyRobertaConfig
+    _auto_class = "AutoModelForMaskedLM"
+    accepts_loss_kwargs = True  # the loss is normalised by `num_items_in_batch`
+    _tied_weights_keys = {
+        "lm_head.decoder.weight": "roberta.embeddings.word_embeddings.weight",
+        "lm_head.decoder.bias": "lm_head.bias",
+    }
+
+    def __init__(self, config: BertologyRobertaConfig):
+        super().__init__(config)
+        self.roberta = RobertaModel(config, add_pooling_layer=False)
+        self.lm_head = RobertaLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head.decoder = new_embeddings
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        num_items_in_batch: Mapping | torch.Tensor | int | None = None,
+        **kwargs,
+    ) -> BertologyRobertaForPreTrainingOutput:
+        r"""
+        labels (`(batch, seq_len)`): original token ids at the positions to predict, -100 elsewhere.
+        """
+        outputs = self.roberta(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        sequence_output = outputs.last_hidden_state
+        loss = mlm_accuracy = None
+        if labels is None:
+            logits = self.lm_head(sequence_output)  # (B, T, V)
+        else:
+            predicted = labels.ne(-100)  # (B, T)
+            targets = labels[predicted]  # (M,)
+            logits = self.lm_head(sequence_output[predicted])  # (M, V): sparse prediction
+            if isinstance(num_items_in_batch, Mapping):
+                num_items_in_batch = num_items_in_batch.get("labels")
+            denominator = predicted.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
+            loss = F.cross_entropy(logits.float(), targets, reduction="sum") / denominator
+            mlm_accuracy = (logits.argmax(-1) == targets).float().mean()
+
+        return BertologyRobertaForPreTrainingOutput(
+            loss=loss,
+            mlm_loss=loss,
+            mlm_accuracy=mlm_accuracy,
+            logits=logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )

@@ -1,0 +1,221 @@
+"""Named presets: the papers' model sizes, objective hyperparameters and training settings, as data.
+
+    recipe = get_recipe("roberta-base", hidden_dropout_prob=0.0)
+    recipe.config              # BertologyRobertaConfig with the paper's sizes and objective
+    recipe.training_defaults   # TrainingArguments values from the paper (lr, warmup, betas, ...)
+    tokenizer = recipe.train_tokenizer(texts)
+    model = recipe.build_model()
+    collator = recipe.build_collator(tokenizer)
+
+A variant (BERT, RoBERTa, ...) is one `Variant` row: its config, model and collator classes and its tokenizer
+family. A preset is one `PRESETS` entry: sizes + objective settings + training defaults. Adding either needs no
+branch anywhere else. Sources for every number: ../shared/RECIPES.md (cited per preset below).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from transformers import PretrainedConfig, PreTrainedTokenizerBase
+
+from .collators import DataCollatorForMaskedLM
+from .data.vocab import train_tokenizer
+from .models.bert import BertologyBertConfig, BertologyBertForPreTraining
+from .models.roberta import BertologyRobertaConfig, BertologyRobertaForPreTraining
+from .utils import BertologyError
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One pretraining method: which classes implement it and which tokenizer family it uses."""
+
+    name: str
+    config_class: type
+    model_class: type
+    collator_class: type
+    tokenizer_type: str  # "wordpiece" | "bpe" | "unigram"
+    tokenizer_class: str | None = None  # transformers class name when the family default is not right
+    plain_auto_class: str = "AutoModelForPreTraining"  # the plain-transformers class that loads the checkpoint
+
+
+VARIANTS: dict[str, Variant] = {
+    "bert": Variant("bert", BertologyBertConfig, BertologyBertForPreTraining, DataCollatorForMaskedLM, "wordpiece"),
+    "roberta": Variant(
+        "roberta",
+        BertologyRobertaConfig,
+        BertologyRobertaForPreTraining,
+        DataCollatorForMaskedLM,
+        "bpe",
+        plain_auto_class="AutoModelForMaskedLM",
+    ),
+}
+
+# Encoder sizes (ARCHITECTURE.md): the papers' base/large, a CPU demo (mini) and a test size (tiny).
+SIZES: dict[str, dict[str, int]] = {
+    "base": {"num_hidden_layers": 12, "hidden_size": 768, "num_attention_heads": 12, "intermediate_size": 3072},
+    "large": {"num_hidden_layers": 24, "hidden_size": 1024, "num_attention_heads": 16, "intermediate_size": 4096},
+    "mini": {"num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4, "intermediate_size": 1024},
+    "tiny": {"num_hidden_layers": 2, "hidden_size": 32, "num_attention_heads": 4, "intermediate_size": 37},
+}
+
+# Small presets train fast on a CPU: small vocabulary, short sequences, a short schedule with 6% warmup.
+SMALL_TRAINING = {
+    "mini": {"per_device_train_batch_size": 32, "learning_rate": 5e-4, "warmup_steps": 0.06, "max_steps": 2000},
+    "tiny": {"per_device_train_batch_size": 8, "learning_rate": 1e-3, "warmup_steps": 0.06, "max_steps": 10},
+}
+SMALL_DATA = {"mini": {"vocab_size": 8000, "max_seq_length": 128}, "tiny": {"vocab_size": 1000, "max_seq_length": 64}}
+
+# BERT: Devlin et al. App. A.2 and google-research/bert (RECIPES.md §1). Phase 1 of the schedule: length 128.
+BERT_TRAINING = {
+    "learning_rate": 1e-4,
+    "adam_beta1": 0.9,
+    "adam_beta2": 0.999,
+    "adam_epsilon": 1e-6,
+    "weight_decay": 0.01,
+    "warmup_steps": 10_000,
+    "max_steps": 1_000_000,
+    "per_device_train_batch_size": 256,
+    "lr_scheduler_type": "linear",
+    "max_grad_norm": 1.0,
+}
+# RoBERTa: Liu et al. Table 9 (RECIPES.md §2): β2 0.98, ε 1e-6, no clipping, 500k steps of batch 8k at length 512.
+ROBERTA_TRAINING = {
+    "adam_beta1": 0.9,
+    "adam_beta2": 0.98,
+    "adam_epsilon": 1e-6,
+    "weight_decay": 0.01,
+    "max_steps": 500_000,
+    "per_device_train_batch_size": 8192,
+    "lr_scheduler_type": "linear",
+    "max_grad_norm": 0.0,
+}
+
+
+def _preset(variant: str, size: str, config: dict | None = None, training: dict | None = None, **data) -> dict:
+    small = size in SMALL_DATA
+    return {
+        "variant": variant,
+        "config": {**SIZES[size], **(config or {})},
+        "training": {**(training or {}), **(SMALL_TRAINING[size] if small else {})},
+        "data": {**data, **(SMALL_DATA[size] if small else {})},
+    }
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "bert-base": _preset("bert", "base", training=BERT_TRAINING, vocab_size=30522, max_seq_length=128),
+    "bert-large": _preset("bert", "large", training=BERT_TRAINING, vocab_size=30522, max_seq_length=128),
+    "bert-mini": _preset("bert", "mini", training=BERT_TRAINING),
+    "bert-tiny": _preset("bert", "tiny", training=BERT_TRAINING),
+    # RoBERTa-base/large: 50K byte-level BPE (50265 in the HF vocab), 514 positions (pad offset), one token type.
+    "roberta-base": _preset(
+        "roberta",
+        "base",
+        {"max_position_embeddings": 514, "type_vocab_size": 1},
+        {**ROBERTA_TRAINING, "learning_rate": 6e-4, "warmup_steps": 24_000},
+        vocab_size=50265,
+        max_seq_length=512,
+    ),
+    "roberta-large": _preset(
+        "roberta",
+        "large",
+        {"max_position_embeddings": 514, "type_vocab_size": 1},
+        {**ROBERTA_TRAINING, "learning_rate": 4e-4, "warmup_steps": 30_000},
+        vocab_size=50265,
+        max_seq_length=512,
+    ),
+    "roberta-mini": _preset(
+        "roberta", "mini", {"max_position_embeddings": 130, "type_vocab_size": 1}, ROBERTA_TRAINING
+    ),
+    "roberta-tiny": _preset(
+        "roberta", "tiny", {"max_position_embeddings": 66, "type_vocab_size": 1}, ROBERTA_TRAINING
+    ),
+}
+
+
+@dataclass
+class Recipe:
+    """A preset made concrete: the config (architecture + objective) and everything needed to train it."""
+
+    name: str
+    variant: str
+    config: PretrainedConfig
+    training_defaults: dict[str, Any]
+    vocab_size: int
+    max_seq_length: int
+    tokenizer_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def spec(self) -> Variant:
+        return VARIANTS[self.variant]
+
+    @property
+    def tokenizer_type(self) -> str:
+        return self.spec.tokenizer_type
+
+    def train_tokenizer(
+        self, texts: Iterable[str], vocab_size: int | None = None, length: int | None = None
+    ) -> PreTrainedTokenizerBase:
+        """The family's tokenizer, trained on `texts` with `vocab_size` (default: the preset's)."""
+        return train_tokenizer(
+            texts,
+            self.tokenizer_type,
+            vocab_size or self.vocab_size,
+            tokenizer_class=self.spec.tokenizer_class,
+            length=length,
+            **self.tokenizer_kwargs,
+        )
+
+    def adapt_to_tokenizer(self, tokenizer: PreTrainedTokenizerBase) -> PretrainedConfig:
+        """Set the config's vocabulary size and special-token ids from `tokenizer` (in place; returned)."""
+        self.config.vocab_size = len(tokenizer)
+        for name in ("pad", "bos", "eos", "cls", "sep"):
+            token_id = getattr(tokenizer, f"{name}_token_id", None)
+            if token_id is not None and hasattr(self.config, f"{name}_token_id"):
+                setattr(self.config, f"{name}_token_id", token_id)
+        return self.config
+
+    def build_model(self):
+        """A freshly initialised `Bertology*ForPreTraining` for this config."""
+        return self.spec.model_class(self.config)
+
+    def build_collator(self, tokenizer: PreTrainedTokenizerBase, **overrides):
+        """The collator the config's objective needs (`from_config`)."""
+        return self.spec.collator_class.from_config(self.config, tokenizer, **overrides)
+
+
+def list_recipes() -> list[str]:
+    """Names of every preset."""
+    return list(PRESETS)
+
+
+def get_recipe(name: str, **config_overrides) -> Recipe:
+    """The preset `name` with `config_overrides` applied to its config (e.g. `num_hidden_layers=6`)."""
+    if name not in PRESETS:
+        raise BertologyError(f"unknown recipe {name!r}; known: {', '.join(PRESETS)}")
+    preset = PRESETS[name]
+    variant = VARIANTS[preset["variant"]]
+    data = dict(preset["data"])
+    vocab_size = config_overrides.get("vocab_size", data.get("vocab_size", 30522))
+    config = variant.config_class(**{**preset["config"], "vocab_size": vocab_size, **config_overrides})
+    return Recipe(
+        name=name,
+        variant=variant.name,
+        config=config,
+        training_defaults=dict(preset["training"]),
+        vocab_size=vocab_size,
+        max_seq_length=data.get("max_seq_length", 128),
+        tokenizer_kwargs=dict(preset.get("tokenizer", {})),
+    )
+
+
+def variant_of(config: PretrainedConfig) -> Variant:
+    """The variant whose config class `config` is (for checkpoints loaded back)."""
+    for variant in VARIANTS.values():
+        if type(config).__name__ == variant.config_class.__name__:
+            return variant
+    raise BertologyError(
+        f"{type(config).__name__} (model_type {getattr(config, 'model_type', '?')!r}) is not a hf_bertology "
+        "pretraining config; start from a --recipe instead"
+    )

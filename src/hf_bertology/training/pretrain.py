@@ -1,0 +1,330 @@
+"""`bertology pretrain`: pretrain a recipe on a corpus with the `transformers` Trainer.
+
+    bertology pretrain --recipe roberta-mini --train_file wiki_00 --output_dir runs/roberta-mini --max_steps 2000
+
+Flags follow transformers' `run_mlm.py` (`--model_name_or_path`, `--config_name`, `--tokenizer_name`,
+`--dataset_name`, `--train_file`, `--max_seq_length`, ...) plus every `TrainingArguments` flag; a single JSON or
+YAML file holding the same keys works too. The recipe's training settings (lr, betas, warmup, ...) apply wherever a
+flag does not set them. The output folder is Hub format (see `hf_bertology.hub`).
+
+Steps, in order: arguments -> corpus -> tokenizer (loaded, or trained on the corpus) -> config and model ->
+examples (the recipe's input format) -> collator -> Trainer -> Hub-format folder + model card.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import datasets
+import transformers
+from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments, set_seed
+
+from ..data import build_pretraining_dataset, load_corpus, tokenize_corpus
+from ..hub import save_folder, write_model_card
+from ..recipes import VARIANTS, Recipe, get_recipe, list_recipes
+from ..utils import BertologyError, logger, set_verbosity
+from .trainer import BertologyTrainer
+
+
+@dataclass
+class ModelArguments:
+    recipe: str | None = field(
+        default=None, metadata={"help": f"Preset to train (sizes, objective, defaults): {', '.join(list_recipes())}"}
+    )
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "Continue pretraining from this checkpoint (a folder we wrote, or a vanilla one)."},
+    )
+    config_name: str | None = field(default=None, metadata={"help": "Config (folder or json) to start from scratch."})
+    tokenizer_name: str | None = field(
+        default=None,
+        metadata={"help": "Tokenizer to use; by default the family's tokenizer is trained on the corpus."},
+    )
+    vocab_size: int | None = field(default=None, metadata={"help": "Size of the tokenizer trained on the corpus."})
+    config_overrides: str | None = field(
+        default=None,
+        metadata={"help": "Comma-separated config overrides, e.g. `num_hidden_layers=6,mlm_probability=0.2`."},
+    )
+    tokenizer_train_samples: int | None = field(
+        default=None, metadata={"help": "Train the tokenizer on at most this many documents (default: all)."}
+    )
+
+
+@dataclass
+class DataArguments:
+    dataset_name: str | None = field(default=None, metadata={"help": "Hub dataset, e.g. `wikitext`."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "e.g. `wikitext-2-raw-v1`."})
+    train_file: list[str] | None = field(
+        default=None,
+        metadata={"help": "Text, WikiExtractor or .jsonl files; globs and directories work.", "nargs": "+"},
+    )
+    validation_file: list[str] | None = field(
+        default=None, metadata={"help": "Held-out files for --do_eval.", "nargs": "+"}
+    )
+    validation_split_percentage: int = field(
+        default=5, metadata={"help": "Without --validation_file, hold out this share of examples for --do_eval."}
+    )
+    text_column: str = field(default="text", metadata={"help": "Text field of .jsonl files and Hub datasets."})
+    doc_separator: str = field(
+        default="blank_line",
+        metadata={"help": "Plain text: a document ends at a `blank_line`, or each `line` is one."},
+    )
+    max_seq_length: int | None = field(default=None, metadata={"help": "Tokens per example (default: the recipe's)."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Keep only this many training examples."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep only this many evaluation examples."})
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for `datasets.map`."})
+    streaming: bool = field(
+        default=False, metadata={"help": "Stream the corpus (larger than memory); needs --max_steps."}
+    )
+    overwrite_cache: bool = field(default=False, metadata={"help": "Recompute the cached datasets."})
+
+
+# TrainingArguments defaults that suit pretraining (a flag or the recipe still wins).
+PRETRAIN_DEFAULTS = {
+    "remove_unused_columns": False,  # collators read `word_starts` & co., which the model's forward does not take
+    "prediction_loss_only": True,
+    "include_num_input_tokens_seen": "non_padding",
+    "logging_steps": 50,
+    "save_total_limit": 2,
+}
+
+
+def explicit_keys(argv: list[str]) -> set[str]:
+    """Argument names the user set (flags, or keys of a JSON/YAML file), so recipe defaults do not override them."""
+    if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
+        text = Path(argv[0]).read_text(encoding="utf-8")
+        if argv[0].endswith(".json"):
+            return set(json.loads(text))
+        import yaml
+
+        return set(yaml.safe_load(text) or {})
+    return {arg[2:].split("=", 1)[0].replace("-", "_") for arg in argv if arg.startswith("--")}
+
+
+def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, TrainingArguments, set[str]]:
+    parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
+    parser.prog = "bertology pretrain"
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        model_args, data_args, training_args = parser.parse_json_file(argv[0])
+    elif len(argv) == 1 and argv[0].endswith((".yaml", ".yml")):
+        model_args, data_args, training_args = parser.parse_yaml_file(argv[0])
+    else:
+        model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
+    return model_args, data_args, training_args, explicit_keys(argv)
+
+
+def apply_defaults(training_args: TrainingArguments, defaults: dict, explicit: set[str]) -> TrainingArguments:
+    """TrainingArguments with `defaults` filled in wherever the user gave no value."""
+    updates = {key: value for key, value in defaults.items() if key not in explicit}
+    if not updates:
+        return training_args
+    values = {f: getattr(training_args, f) for f in training_args.__dataclass_fields__ if not f.startswith("_")}
+    values = {key: value for key, value in values.items() if key in explicit or key == "output_dir"}
+    rebuilt = TrainingArguments(**{**values, **updates})
+    return rebuilt
+
+
+def parse_overrides(text: str | None) -> dict:
+    """`"a=1,b=0.5,c=true,d=gelu"` -> `{"a": 1, "b": 0.5, "c": True, "d": "gelu"}`."""
+    overrides = {}
+    for item in filter(None, (text or "").split(",")):
+        if "=" not in item:
+            raise BertologyError(f"--config_overrides expects key=value pairs, got {item!r}")
+        key, raw = (part.strip() for part in item.split("=", 1))
+        try:
+            overrides[key] = json.loads(raw.lower() if raw.lower() in ("true", "false", "null") else raw)
+        except json.JSONDecodeError:
+            overrides[key] = raw
+    return overrides
+
+
+def checkpoint_variant(path: str):
+    """The variant whose classes wrote checkpoint `path` (from the `auto_map` in its config.json), or None."""
+    config_file = Path(path) / "config.json"
+    if not config_file.is_file():
+        return None
+    auto_map = json.loads(config_file.read_text()).get("auto_map", {})
+    classes = {ref.rsplit(".", 1)[-1] for ref in auto_map.values()}
+    return next((v for v in VARIANTS.values() if v.model_class.__name__ in classes), None)
+
+
+def load_tokenizer(name: str):
+    try:
+        return AutoTokenizer.from_pretrained(name)
+    except Exception as err:
+        raise BertologyError(f"could not load a tokenizer from {name!r} ({type(err).__name__}: {err})") from None
+
+
+def build_recipe(model_args: ModelArguments) -> Recipe:
+    """The recipe to train: a preset, optionally on top of a checkpoint or config of the same variant."""
+    overrides = parse_overrides(model_args.config_overrides)
+    source = model_args.model_name_or_path or model_args.config_name
+    if model_args.recipe:
+        recipe = get_recipe(model_args.recipe, **overrides)
+    elif source and checkpoint_variant(source) is not None:
+        variant = checkpoint_variant(source)
+        config = variant.config_class.from_pretrained(source, **overrides)
+        return Recipe(source, variant.name, config, {}, config.vocab_size, 128)
+    else:
+        raise BertologyError("give --recipe NAME (or --model_name_or_path of a checkpoint written by hf_bertology)")
+    if source:
+        recipe.config = recipe.spec.config_class.from_pretrained(source, **overrides)
+    return recipe
+
+
+def check_lengths(config, max_seq_length: int) -> None:
+    """`max_seq_length` must fit the model's position table (RoBERTa's starts after the padding index)."""
+    offset = config.pad_token_id + 1 if config.model_type == "roberta" and config.pad_token_id is not None else 0
+    limit = getattr(config, "max_position_embeddings", None)
+    if limit is not None and limit > 0 and max_seq_length + offset > limit:
+        raise BertologyError(
+            f"max_seq_length {max_seq_length} exceeds the model's {limit - offset} positions "
+            f"(max_position_embeddings={limit}); lower --max_seq_length or raise max_position_embeddings"
+        )
+
+
+def describe_corpus(data_args: DataArguments) -> str:
+    if data_args.train_file:
+        return ", ".join(f"`{Path(f).name}`" for f in data_args.train_file)
+    return f"`{data_args.dataset_name}` ({data_args.dataset_config_name or 'default'})"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run pretraining; returns the final metrics (also written to `output_dir/all_results.json`)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    model_args, data_args, training_args, explicit = parse_args(argv)
+    set_verbosity()
+    transformers.utils.logging.set_verbosity_warning()
+    datasets.utils.logging.set_verbosity_warning()
+
+    # -- recipe, with its training defaults wherever no flag was given ----------------------------------------
+    recipe = build_recipe(model_args)
+    training_args = apply_defaults(training_args, {**PRETRAIN_DEFAULTS, **recipe.training_defaults}, explicit)
+    max_seq_length = data_args.max_seq_length or recipe.max_seq_length
+    set_seed(training_args.seed)
+    if data_args.streaming and training_args.max_steps <= 0:
+        raise BertologyError("--streaming needs --max_steps (a stream has no length)")
+
+    # -- corpus ---------------------------------------------------------------------------------------------
+    corpus_kwargs = dict(
+        dataset_name=data_args.dataset_name,
+        dataset_config_name=data_args.dataset_config_name,
+        text_column=data_args.text_column,
+        doc_separator=data_args.doc_separator,
+        streaming=data_args.streaming,
+    )
+    with training_args.main_process_first(desc="reading the corpus"):
+        corpus = load_corpus(train_files=data_args.train_file, **corpus_kwargs)
+        eval_corpus = None
+        if training_args.do_eval and data_args.validation_file:
+            eval_corpus = load_corpus(train_files=data_args.validation_file, **{**corpus_kwargs, "dataset_name": None})
+
+    # -- tokenizer ------------------------------------------------------------------------------------------
+    tokenizer_source = model_args.tokenizer_name or model_args.model_name_or_path
+    if tokenizer_source:
+        tokenizer = load_tokenizer(tokenizer_source)
+    else:
+        texts = corpus["text"] if isinstance(corpus, datasets.Dataset) else (row["text"] for row in corpus)
+        limit = model_args.tokenizer_train_samples
+        if limit is not None:
+            texts = (
+                corpus.select(range(min(limit, len(corpus))))["text"]
+                if isinstance(corpus, datasets.Dataset)
+                else (row["text"] for row in corpus.take(limit))
+            )
+        with training_args.main_process_first(desc="training the tokenizer"):
+            tokenizer = recipe.train_tokenizer(texts, model_args.vocab_size)
+    if model_args.model_name_or_path is None:
+        recipe.adapt_to_tokenizer(tokenizer)
+    elif len(tokenizer) > recipe.config.vocab_size:
+        raise BertologyError(
+            f"the tokenizer has {len(tokenizer)} tokens but the checkpoint's vocabulary only {recipe.config.vocab_size}"
+        )
+    collator = recipe.build_collator(tokenizer)  # fails early on a tokenizer without a mask token
+    check_lengths(recipe.config, max_seq_length)
+
+    # -- model ----------------------------------------------------------------------------------------------
+    if model_args.model_name_or_path:
+        model = recipe.spec.model_class.from_pretrained(model_args.model_name_or_path, config=recipe.config)
+    else:
+        model = recipe.build_model()
+    logger.info("%s: %s parameters", type(model).__name__, f"{model.num_parameters():,}")
+
+    # -- examples -------------------------------------------------------------------------------------------
+    num_proc = data_args.preprocessing_num_workers
+
+    def examples(source):
+        tokenized = tokenize_corpus(
+            source, tokenizer, num_proc=num_proc, load_from_cache_file=not data_args.overwrite_cache
+        )
+        return build_pretraining_dataset(
+            tokenized, tokenizer, recipe.config, max_seq_length, training_args.seed, num_proc
+        )
+
+    with training_args.main_process_first(desc="building examples"):
+        train_dataset = examples(corpus)
+        eval_dataset = examples(eval_corpus) if eval_corpus is not None else None
+    if isinstance(train_dataset, datasets.Dataset):
+        if len(train_dataset) == 0:
+            raise BertologyError("the corpus produced no training examples (is it empty?)")
+        if training_args.do_eval and eval_dataset is None:
+            held_out = max(1, len(train_dataset) * data_args.validation_split_percentage // 100)
+            split = train_dataset.train_test_split(test_size=held_out, seed=training_args.seed)
+            train_dataset, eval_dataset = split["train"], split["test"]
+        if data_args.max_train_samples is not None:
+            train_dataset = train_dataset.select(range(min(data_args.max_train_samples, len(train_dataset))))
+        logger.info("%d training examples of at most %d tokens", len(train_dataset), max_seq_length)
+    else:
+        train_dataset = train_dataset.shuffle(buffer_size=10_000, seed=training_args.seed)
+    if eval_dataset is not None and data_args.max_eval_samples is not None:
+        eval_dataset = eval_dataset.select(range(min(data_args.max_eval_samples, len(eval_dataset))))
+
+    # -- training -------------------------------------------------------------------------------------------
+    trainer = BertologyTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        data_collator=collator,
+        processing_class=tokenizer,
+    )
+    metrics: dict = {}
+    if training_args.do_train or not training_args.do_eval:
+        result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+        metrics.update(result.metrics)
+    if training_args.do_eval and eval_dataset is not None:
+        eval_metrics = trainer.evaluate()
+        eval_metrics["perplexity"] = math.exp(min(eval_metrics.get("eval_mlm_loss", eval_metrics["eval_loss"]), 50))
+        metrics.update(eval_metrics)
+
+    # -- the Hub-format folder ------------------------------------------------------------------------------
+    if trainer.is_world_process_zero():
+        output_dir = training_args.output_dir
+        save_folder(trainer.model, tokenizer, output_dir)
+        train_logs = [log for log in trainer.state.log_history if "loss" in log]
+        final_losses = {k: v for k, v in (train_logs[-1] if train_logs else {}).items() if k.endswith("loss")}
+        write_model_card(
+            output_dir,
+            trainer.model,
+            recipe=recipe.name,
+            variant=recipe.variant,
+            corpus=describe_corpus(data_args),
+            steps=trainer.state.global_step,
+            tokens_seen=int(trainer.state.num_input_tokens_seen or 0),
+            final_losses=final_losses,
+            plain_auto_class=recipe.spec.plain_auto_class,
+        )
+        metrics["tokens_seen"] = int(trainer.state.num_input_tokens_seen or 0)
+        with open(os.path.join(output_dir, "all_results.json"), "w") as handle:
+            json.dump(metrics, handle, indent=2)
+        logger.info("wrote %s", output_dir)
+    return metrics
+
+
+if __name__ == "__main__":
+    main()
