@@ -188,9 +188,11 @@ def load_corpus(
             if isinstance(cause, BertologyError):
                 raise cause from None
             raise
-        except datasets.exceptions.DatasetGenerationCastError as err:  # pragma: no cover - defensive
-            raise BertologyError(f"could not read the corpus: {err}") from None
-        if len(corpus) == 0:
+        except ValueError as err:  # datasets refuses a generator that yields nothing
+            if "corresponds to no data" not in str(err):
+                raise
+            corpus = None
+        if corpus is None or len(corpus) == 0:
             raise BertologyError(f"the corpus is empty: no text in {', '.join(files)}")
         logger.info("read %d documents from %d file(s)", len(corpus), len(files))
         return corpus

@@ -5,7 +5,9 @@ document (`max_seq_length - 3`, or with `short_seq_prob` a random one in [2, max
 chunk until it reaches the target; A is the chunk's first `randint(1, len-1)` sentences; with probability 0.5 (always
 for a one-sentence chunk) B starts at a random sentence of another document and the unused sentences are put back,
 else B is the rest of the chunk; `truncate_seq_pair` trims the longer side from the front or the back. Label 0 = B
-follows A, 1 = B is random. The "other document" is drawn from the same `map` batch (1,000 documents) rather than
+follows A, 1 = B is random. One deliberate difference: a one-sentence chunk (BERT always pairs it with a random
+document, so negatives exceed 50% on short documents) is split at a random token into A and B, which keeps the labels
+balanced; only a one-token chunk is always a negative. The "other document" is drawn from the same `map` batch (1,000 documents) rather than
 the whole corpus, so the dataset can be built in parallel and streamed; each batch has its own seeded generator.
 """
 
@@ -74,6 +76,12 @@ def nsp_batch(
             chunk_starts.append(starts[i])
             length += len(document[i])
             if i == len(document) - 1 or length >= target:
+                if len(chunk) == 1 and len(chunk[0]) >= 2:
+                    # One sentence: BERT always makes it a random-next negative, which skews the labels towards
+                    # 1 on short documents. We split it at a random token instead, so the coin below applies.
+                    cut = rng.randint(1, len(chunk[0]) - 1)
+                    chunk = [chunk[0][:cut], chunk[0][cut:]]
+                    chunk_starts = [chunk_starts[0][:cut], chunk_starts[0][cut:]]
                 a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
                 a, a_st = _concat(chunk[:a_end]), _concat(chunk_starts[:a_end])
                 is_random = len(docs) > 1 and (len(chunk) == 1 or rng.random() < random_next_prob)

@@ -169,7 +169,7 @@ def build_recipe(model_args: ModelArguments) -> Recipe:
     elif source and checkpoint_variant(source) is not None:
         variant = checkpoint_variant(source)
         config = variant.config_class.from_pretrained(source, **overrides)
-        return Recipe(source, variant.name, config, {}, config.vocab_size, 128)
+        return Recipe(source, variant.name, config, {}, config.vocab_size, min(512, max_positions(config)))
     else:
         raise BertologyError("give --recipe NAME (or --model_name_or_path of a checkpoint written by hf_bertology)")
     if source:
@@ -177,14 +177,22 @@ def build_recipe(model_args: ModelArguments) -> Recipe:
     return recipe
 
 
-def check_lengths(config, max_seq_length: int) -> None:
-    """`max_seq_length` must fit the model's position table (RoBERTa's starts after the padding index)."""
-    offset = config.pad_token_id + 1 if config.model_type == "roberta" and config.pad_token_id is not None else 0
+def max_positions(config) -> int:
+    """How many tokens the model's position table holds (RoBERTa's starts after the padding index)."""
     limit = getattr(config, "max_position_embeddings", None)
-    if limit is not None and limit > 0 and max_seq_length + offset > limit:
+    if limit is None or limit <= 0:  # relative positions (XLNet): no table
+        return 1 << 30
+    offset = config.pad_token_id + 1 if config.model_type == "roberta" and config.pad_token_id is not None else 0
+    return limit - offset
+
+
+def check_lengths(config, max_seq_length: int) -> None:
+    """`max_seq_length` must fit the model's position table."""
+    if max_seq_length > max_positions(config):
         raise BertologyError(
-            f"max_seq_length {max_seq_length} exceeds the model's {limit - offset} positions "
-            f"(max_position_embeddings={limit}); lower --max_seq_length or raise max_position_embeddings"
+            f"max_seq_length {max_seq_length} exceeds the model's {max_positions(config)} positions "
+            f"(max_position_embeddings={config.max_position_embeddings}); lower --max_seq_length or raise "
+            "max_position_embeddings"
         )
 
 

@@ -1,0 +1,155 @@
+"""`bertology pretrain` end to end: smoke runs, the Hub-format folder, resume, JSON args, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from transformers import AutoTokenizer
+
+from hf_bertology.cli import main as cli_main
+from hf_bertology.training.pretrain import main
+
+FAST = ["--max_steps", "3", "--per_device_train_batch_size", "4", "--logging_steps", "1", "--disable_tqdm", "true"]
+
+
+@pytest.mark.parametrize("recipe", ["bert-tiny", "roberta-tiny"])
+def test_pretrain_smoke(tmp_path, corpus_file, recipe):
+    out = tmp_path / recipe
+    metrics = main(
+        ["--recipe", recipe, "--train_file", str(corpus_file), "--output_dir", str(out), "--vocab_size", "300", *FAST]
+    )
+    assert metrics["train_loss"] > 0 and metrics["tokens_seen"] > 0
+    config = json.loads((out / "config.json").read_text())
+    variant = recipe.split("-")[0]
+    assert config["model_type"] == variant and config["auto_map"]
+    assert (out / "model.safetensors").exists() and not list(out.glob("*.bin"))
+    assert (out / f"modeling_{variant}.py").exists()
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert type(tokenizer).__name__ == {"bert": "BertTokenizer", "roberta": "RobertaTokenizer"}[variant]
+    assert len(tokenizer) == config["vocab_size"]
+    card = (out / "README.md").read_text()
+    assert recipe in card and "| steps | 3 |" in card and "mlm_loss" in card
+    logs = json.loads((out / "checkpoint-3" / "trainer_state.json").read_text())["log_history"]
+    assert "mlm_loss" in logs[0] and "mlm_accuracy" in logs[0]
+    if variant == "bert":
+        assert "nsp_loss" in logs[0]
+
+
+def test_resume_and_json_arguments(tmp_path, corpus_file):
+    out = tmp_path / "run"
+    args = {
+        "recipe": "bert-tiny",
+        "train_file": [str(corpus_file)],
+        "output_dir": str(out),
+        "vocab_size": 300,
+        "max_steps": 4,
+        "save_steps": 2,
+        "per_device_train_batch_size": 4,
+        "disable_tqdm": True,
+        "learning_rate": 3e-3,
+    }
+    (tmp_path / "args.json").write_text(json.dumps(args))
+    main([str(tmp_path / "args.json")])
+    state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["global_step"] == 4
+    resumed = main([
+        "--recipe", "bert-tiny", "--train_file", str(corpus_file), "--output_dir", str(out), "--max_steps", "6",
+        "--per_device_train_batch_size", "4", "--resume_from_checkpoint", str(out / "checkpoint-4"),
+        "--tokenizer_name", str(out), "--save_steps", "2", "--disable_tqdm", "true",
+    ])  # fmt: skip
+    assert resumed["train_loss"] > 0
+    assert json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())["global_step"] == 6
+
+
+def test_cli_subprocess(tmp_path, corpus_file):
+    out = tmp_path / "cli"
+    run = subprocess.run(
+        [sys.executable, "-m", "hf_bertology", "pretrain", "--recipe", "roberta-tiny", "--train_file", str(corpus_file),
+         "--output_dir", str(out), "--vocab_size", "300", *FAST],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert (out / "model.safetensors").exists()
+
+
+def error_of(capsys, argv) -> str:
+    assert cli_main(["pretrain", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_bad_input_gives_one_clear_line(tmp_path, capsys, corpus_file):
+    base = ["--recipe", "bert-tiny", "--output_dir", str(tmp_path / "o"), "--vocab_size", "300", *FAST]
+    assert "not found" in error_of(capsys, ["--train_file", str(tmp_path / "missing.txt"), *base])
+    empty = tmp_path / "empty.txt"
+    empty.write_text("  \n\n\t\n")
+    assert "empty" in error_of(capsys, ["--train_file", str(empty), *base])
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("Ol\xe9 ol\xe9.\n".encode("latin-1"))
+    assert "latin.txt is not valid UTF-8: byte 2" in error_of(capsys, ["--train_file", str(latin), *base])
+    binary = tmp_path / "weights.bin"
+    binary.write_bytes(bytes(range(256)) * 10)
+    assert "binary" in error_of(capsys, ["--train_file", str(binary), *base])
+    too_long = error_of(capsys, ["--train_file", str(corpus_file), *base, "--max_seq_length", "4096"])
+    assert "max_seq_length 4096 exceeds" in too_long
+    assert "unknown recipe" in error_of(
+        capsys, ["--train_file", str(corpus_file), "--recipe", "bert-huge", "--output_dir", "x"]
+    )
+
+
+def test_tokenizer_without_mask_token(tmp_path, capsys, corpus_file, bert_tokenizer):
+    from transformers import PreTrainedTokenizerFast
+
+    # a WordPiece tokenizer saved without any mask token (as GPT-style tokenizers are)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bert_tokenizer.backend_tokenizer, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+        sep_token="[SEP]",
+    )  # fmt: skip
+    tokenizer.save_pretrained(tmp_path / "tok")
+    assert AutoTokenizer.from_pretrained(tmp_path / "tok").mask_token is None
+    line = error_of(
+        capsys,
+        ["--recipe", "bert-tiny", "--train_file", str(corpus_file), "--tokenizer_name", str(tmp_path / "tok"),
+         "--output_dir", str(tmp_path / "o"), *FAST],
+    )  # fmt: skip
+    assert "no mask token" in line
+
+
+def test_offline_hub_dataset_says_pass_train_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    line = error_of(
+        capsys,
+        ["--recipe", "bert-tiny", "--dataset_name", "wikitext", "--dataset_config_name", "wikitext-2-raw-v1",
+         "--output_dir", str(tmp_path / "o"), *FAST],
+    )  # fmt: skip
+    assert "--train_file" in line and "wikitext" in line
+
+
+def test_continue_from_checkpoint_without_recipe(tmp_path, corpus_file):
+    first = tmp_path / "first"
+    main(
+        [
+            "--recipe",
+            "roberta-tiny",
+            "--train_file",
+            str(corpus_file),
+            "--output_dir",
+            str(first),
+            "--vocab_size",
+            "300",
+            *FAST,
+        ]
+    )
+    second = tmp_path / "second"
+    metrics = main(
+        ["--model_name_or_path", str(first), "--train_file", str(corpus_file), "--output_dir", str(second), *FAST]
+    )
+    assert metrics["train_loss"] > 0
+    assert json.loads((second / "config.json").read_text())["model_type"] == "roberta"

@@ -1,0 +1,75 @@
+"""Recipes: the registry, the papers' numbers, and how defaults meet user flags."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import BertModel, RobertaModel, TrainingArguments
+
+import hf_bertology as hb
+from hf_bertology.training.pretrain import apply_defaults, explicit_keys, parse_overrides
+
+
+def test_registry_lists_every_size_of_each_variant():
+    names = hb.list_recipes()
+    for variant in ("bert", "roberta"):
+        for size in ("base", "large", "mini", "tiny"):
+            assert f"{variant}-{size}" in names
+    recipe = hb.get_recipe("roberta-mini", num_hidden_layers=2)
+    assert recipe.variant == "roberta" and recipe.tokenizer_type == "bpe"
+    assert recipe.config.num_hidden_layers == 2 and recipe.config.hidden_size == 256
+    assert isinstance(recipe.config, hb.BertologyRobertaConfig)
+    with pytest.raises(hb.BertologyError, match="unknown recipe"):
+        hb.get_recipe("bert-gigantic")
+
+
+@pytest.mark.parametrize(
+    "name,backbone,expected",
+    # RECIPES.md §9, computed from transformers' classes
+    [
+        ("bert-base", BertModel, 109_482_240),
+        ("bert-large", BertModel, 335_141_888),
+        ("roberta-base", RobertaModel, 124_645_632),
+    ],
+)
+def test_paper_sizes_have_the_papers_parameter_counts(name, backbone, expected):
+    config = hb.get_recipe(name).config
+    if name.startswith("roberta"):
+        config.pad_token_id = 1
+    with torch.device("meta"):
+        model = backbone(config)
+    assert sum(p.numel() for p in model.parameters()) == expected
+
+
+def test_training_defaults_follow_the_papers():
+    bert = hb.get_recipe("bert-base").training_defaults
+    assert (bert["learning_rate"], bert["adam_beta2"], bert["adam_epsilon"], bert["weight_decay"]) == (
+        1e-4,
+        0.999,
+        1e-6,
+        0.01,
+    )
+    assert bert["warmup_steps"] == 10_000 and bert["max_steps"] == 1_000_000
+    roberta = hb.get_recipe("roberta-base").training_defaults
+    assert (roberta["learning_rate"], roberta["adam_beta2"], roberta["warmup_steps"]) == (6e-4, 0.98, 24_000)
+    assert roberta["max_grad_norm"] == 0.0
+    assert hb.get_recipe("roberta-large").training_defaults["learning_rate"] == 4e-4
+    assert hb.get_recipe("bert-base").config.max_predictions_per_seq == 20
+    assert hb.get_recipe("roberta-base").config.input_format == "full_sentences"
+    assert hb.get_recipe("bert-base").config.input_format == "nsp_pairs"
+
+
+def test_user_flags_win_over_recipe_defaults(tmp_path):
+    argv = ["--output_dir", str(tmp_path), "--learning_rate", "3e-3", "--weight_decay=0.5"]
+    assert explicit_keys(argv) == {"output_dir", "learning_rate", "weight_decay"}
+    args = TrainingArguments(output_dir=str(tmp_path), learning_rate=3e-3, weight_decay=0.5)
+    merged = apply_defaults(
+        args, {"learning_rate": 1e-4, "weight_decay": 0.01, "adam_beta2": 0.98}, explicit_keys(argv)
+    )
+    assert (merged.learning_rate, merged.weight_decay, merged.adam_beta2) == (3e-3, 0.5, 0.98)
+
+
+def test_config_overrides_are_typed():
+    assert parse_overrides("a=1,b=0.5,c=true,d=gelu,e=null") == {"a": 1, "b": 0.5, "c": True, "d": "gelu", "e": None}
+    with pytest.raises(hb.BertologyError):
+        parse_overrides("num_hidden_layers")

@@ -1,0 +1,107 @@
+"""BertologyTrainer: gradient accumulation gives the gradients of one big batch; component losses are logged."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import TrainerCallback, TrainingArguments
+
+import hf_bertology as hb
+from hf_bertology.collators import pad_features
+from hf_bertology.training.trainer import BertologyTrainer
+
+TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 37}
+TINY_NO_DROPOUT = {**TINY, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+
+
+def fixed_features(n: int, length: int = 20, vocab: int = 80, seed: int = 0) -> list[dict]:
+    """Pre-masked examples with *different* numbers of masked tokens, so a mean of means would be wrong."""
+    g = torch.Generator().manual_seed(seed)
+    features = []
+    for i in range(n):
+        ids = torch.randint(5, vocab, (length,), generator=g)
+        labels = torch.full((length,), -100)
+        chosen = torch.randperm(length, generator=g)[: 1 + 3 * i]
+        labels[chosen] = ids[chosen]
+        features.append(
+            {
+                "input_ids": ids.tolist(),
+                "token_type_ids": [0] * (length // 2) + [1] * (length - length // 2),
+                "labels": labels.tolist(),
+                "next_sentence_label": i % 2,
+            }
+        )
+    return features
+
+
+class GradientCatcher(TrainerCallback):
+    def __init__(self):
+        self.gradients = None
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        self.gradients = {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+def one_step(tmp_path, state_dict, features, batch_size: int, accumulation: int):
+    model = hb.BertologyBertForPreTraining(hb.BertologyBertConfig(vocab_size=80, **TINY_NO_DROPOUT))
+    model.load_state_dict(state_dict)
+    catcher = GradientCatcher()
+    args = TrainingArguments(
+        output_dir=str(tmp_path / f"run{batch_size}"),
+        per_device_train_batch_size=batch_size,
+        gradient_accumulation_steps=accumulation,
+        max_steps=1,
+        learning_rate=1e-3,
+        max_grad_norm=0.0,
+        logging_steps=1,
+        save_strategy="no",
+        remove_unused_columns=False,
+        report_to=[],
+        seed=0,
+        disable_tqdm=True,
+    )
+    trainer = BertologyTrainer(
+        model=model,
+        args=args,
+        train_dataset=features,
+        data_collator=lambda batch: pad_features(batch, pad_token_id=0),
+        callbacks=[catcher],
+    )
+    trainer.train()
+    logs = next(log for log in trainer.state.log_history if "loss" in log)
+    return catcher.gradients, logs
+
+
+def test_accumulated_batches_equal_one_big_batch(tmp_path):
+    torch.manual_seed(0)
+    state = hb.BertologyBertForPreTraining(hb.BertologyBertConfig(vocab_size=80, **TINY)).state_dict()
+    features = fixed_features(8)
+    big_grads, big_logs = one_step(tmp_path, state, features, batch_size=8, accumulation=1)
+    acc_grads, acc_logs = one_step(tmp_path, state, features, batch_size=4, accumulation=2)
+    assert big_logs["loss"] == pytest.approx(acc_logs["loss"], abs=1e-4)
+    assert big_logs["mlm_loss"] == pytest.approx(acc_logs["mlm_loss"], abs=1e-4)
+    assert big_logs["nsp_loss"] == pytest.approx(acc_logs["nsp_loss"], abs=1e-4)
+    assert big_logs["mlm_loss"] + big_logs["nsp_loss"] == pytest.approx(big_logs["loss"], abs=1e-3)
+    assert set(big_grads) == set(acc_grads)
+    for name in big_grads:
+        torch.testing.assert_close(acc_grads[name], big_grads[name], atol=1e-5, rtol=1e-4, msg=name)
+    # ... and both equal a plain forward on all 8 examples at once (mean MLM + mean NSP), the large-batch loss.
+    model = hb.BertologyBertForPreTraining(hb.BertologyBertConfig(vocab_size=80, **TINY_NO_DROPOUT))
+    model.load_state_dict(state)
+    out = model(**pad_features(features, pad_token_id=0))
+    assert out.loss.item() == pytest.approx(big_logs["loss"], abs=1e-4)
+    out.loss.backward()
+    for name, parameter in model.named_parameters():
+        torch.testing.assert_close(acc_grads[name], parameter.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_counts_per_objective(tmp_path):
+    features = fixed_features(4)
+    model = hb.BertologyBertForPreTraining(hb.BertologyBertConfig(vocab_size=80, **TINY))
+    args = TrainingArguments(output_dir=str(tmp_path), report_to=[], remove_unused_columns=False)
+    trainer = BertologyTrainer(model=model, args=args, data_collator=lambda b: pad_features(b, 0))
+    batches = [pad_features(features[:2], 0), pad_features(features[2:], 0)]
+    counts = trainer._get_num_items_in_batch(batches, torch.device("cpu"))
+    assert int(counts["labels"]) == sum(1 + 3 * i for i in range(4))
+    assert int(counts["next_sentence_label"]) == 4
+    assert int(counts["attention_mask"]) == 4 * 20
