@@ -640,12 +640,28 @@ def _load_raw(task: GlueTask | None, data_args: DataTrainingArguments, cache_dir
     raise BertologyError("give the data: --data_dir GLUE_TASK_DIR, --dataset_name nyu-mll/glue or --train_file/...")
 
 
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.txt",
+    "vocab.json",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+)
+
+
 def _load_tokenizer(model_args: ModelArguments):
     from transformers import AutoTokenizer
 
     name = model_args.tokenizer_name or model_args.model_name_or_path
+    # transformers 5 does not fail on a folder without tokenizer files: it builds an empty tokenizer (only the
+    # special tokens) from config.json, and every word becomes [UNK]. Refuse that instead of training on it.
+    if Path(name).is_dir() and not any((Path(name) / f).is_file() for f in _TOKENIZER_FILES):
+        raise BertologyError(
+            f"{name} has no tokenizer ({', '.join(_TOKENIZER_FILES[:3])}…); save one there or pass --tokenizer_name"
+        )
     try:
-        return AutoTokenizer.from_pretrained(
+        tokenizer = AutoTokenizer.from_pretrained(
             name,
             cache_dir=model_args.cache_dir,
             revision=model_args.model_revision,
@@ -654,6 +670,9 @@ def _load_tokenizer(model_args: ModelArguments):
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise BertologyError(f"no tokenizer could be loaded from {name} ({first}); pass --tokenizer_name") from None
+    if len(tokenizer) <= len(tokenizer.all_special_tokens):
+        raise BertologyError(f"the tokenizer of {name} has no vocabulary beyond its special tokens")
+    return tokenizer
 
 
 def run_task(model_args: ModelArguments, data_args: DataTrainingArguments, training_args) -> dict[str, float]:
@@ -700,6 +719,14 @@ def run_task(model_args: ModelArguments, data_args: DataTrainingArguments, train
             trust_remote_code=model_args.trust_remote_code,
             ignore_mismatched_sizes=model_args.ignore_mismatched_sizes,
         )
+    except RuntimeError as err:
+        if "ignore_mismatched_sizes" not in str(err):
+            raise
+        # e.g. a checkpoint already fine-tuned on a task with another number of labels
+        raise BertologyError(
+            f"{model_args.model_name_or_path} has a classification head of another size than {task.name}'s "
+            f"{task.num_labels} label(s); pass --ignore_mismatched_sizes to re-initialise it"
+        ) from None
     except (OSError, ValueError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise BertologyError(f"could not load {model_args.model_name_or_path} for classification: {first}") from None
