@@ -410,3 +410,27 @@ def test_checkpoint_without_tokenizer(tiny_model, tmp_path):
     data = _sst2_folder(tmp_path / "SST-2")
     with pytest.raises(BertologyError, match="has no tokenizer"):
         main(_run_args(str(no_tok), tmp_path / "o", "--task_name", "sst2", "--data_dir", str(data)))
+
+
+def test_hub_offline_is_one_error_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import hf_bertology
+
+    # datasets/huggingface_hub read the offline switches at import time: run the command in a fresh process
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
+    env["PYTHONPATH"] = str(Path(hf_bertology.__file__).resolve().parents[1])  # the package under test
+    argv = ["glue", "--model_name_or_path", "unused", "--task_name", "sst2", "--dataset_name", "nyu-mll/glue"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "hf_bertology", *argv, "--output_dir", str(tmp_path / "o")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "could not load nyu-mll/glue/sst2 from the Hub" in errors[0]
+    assert "Traceback" not in proc.stderr

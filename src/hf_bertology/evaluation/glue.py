@@ -526,9 +526,15 @@ def parse_args(argv: Sequence[str] | None = None):
             import yaml
 
             values = yaml.safe_load(path.read_text())
-        model_args, data_args, training_args = parser.parse_dict({**GLUE_DEFAULTS, **values})
+        try:
+            model_args, data_args, training_args = parser.parse_dict({**GLUE_DEFAULTS, **values})
+        except (ValueError, TypeError) as err:  # unknown keys, wrong types, TrainingArguments' own checks
+            raise BertologyError(f"{path}: {str(err).strip().splitlines()[0]}") from None
     else:
-        model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+        try:
+            model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+        except ValueError as err:  # TrainingArguments.__post_init__ checks (argparse itself exits with usage)
+            raise BertologyError(str(err).strip().splitlines()[0]) from None
     if not (training_args.do_train or training_args.do_eval or training_args.do_predict):
         training_args.do_train = training_args.do_eval = True
     return model_args, data_args, training_args
@@ -647,6 +653,7 @@ _TOKENIZER_FILES = (
     "vocab.json",
     "spiece.model",
     "sentencepiece.bpe.model",
+    "tokenizer.model",
 )
 
 
@@ -818,14 +825,17 @@ def run_task(model_args: ModelArguments, data_args: DataTrainingArguments, train
         all_metrics |= metrics
 
     # Evaluation (MNLI: matched, then mismatched with an "_mm" suffix, as run_glue.py) ------------------------------
+    eval_metrics: dict[str, float] = {}
     for split, ds in eval_datasets.items():
         metrics = trainer.evaluate(eval_dataset=ds)
         metrics["eval_samples"] = len(ds)
         if split == "validation_mismatched":
             metrics = {f"{k}_mm": v for k, v in metrics.items()}
         trainer.log_metrics("eval", metrics)
-        trainer.save_metrics("eval", metrics)
-        all_metrics |= metrics
+        eval_metrics |= metrics
+    if eval_metrics:
+        trainer.save_metrics("eval", eval_metrics)  # one eval_results.json (MNLI: matched and mismatched)
+        all_metrics |= eval_metrics
 
     # Prediction: GLUE submission files (index<TAB>prediction) ------------------------------------------------------
     for split, ds in test_datasets.items():
