@@ -417,11 +417,11 @@ def test_hub_offline_is_one_error_line(tmp_path):
     import subprocess
     import sys
 
-    import hf_bertology
+    import hf_bertology.cli
 
     # datasets/huggingface_hub read the offline switches at import time: run the command in a fresh process
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
-    env["PYTHONPATH"] = str(Path(hf_bertology.__file__).resolve().parents[1])  # the package under test
+    env["PYTHONPATH"] = str(Path(hf_bertology.cli.__file__).resolve().parents[1])  # the package under test
     argv = ["glue", "--model_name_or_path", "unused", "--task_name", "sst2", "--dataset_name", "nyu-mll/glue"]
     proc = subprocess.run(
         [sys.executable, "-m", "hf_bertology", *argv, "--output_dir", str(tmp_path / "o")],
