@@ -272,6 +272,10 @@ def test_layerwise_lr_decay_groups():
     assert parameter_depth("bert.encoder.layer.2.output.dense.weight", 3) == 3
     assert parameter_depth("classifier.weight", 3) == 5
     assert parameter_depth("transformer.layer.0.rel_attn.q", 3) == 1  # XLNet
+    assert parameter_depth("transformer.word_embedding.weight", 3) == 0
+    assert parameter_depth("electra.embeddings_project.weight", 3) == 0  # ELECTRA's "embeddings_project": 0
+    assert parameter_depth("albert.encoder.embedding_hidden_mapping_in.weight", 3) == 0
+    assert parameter_depth("albert.encoder.albert_layer_groups.0.albert_layers.0.ffn.weight", 3) == 3  # shared: top
     groups = layerwise_lr_param_groups(model, 1e-4, 0.8, 0.01)
     lr_of = {name: g["lr"] for g in groups for name in g["names"]}
     wd_of = {name: g["weight_decay"] for g in groups for name in g["names"]}
