@@ -137,6 +137,9 @@ class DataCollatorForSpanMasking:
         self._length_cdf[-1] = 1.0  # guard against rounding: every uniform draw maps to a length
         self._random = RandomSource(self.seed)
         self._special = special_ids(self.tokenizer)
+        size = max(len(self.tokenizer), int(self._special.max()) + 1 if len(self._special) else 0)
+        self._is_special = torch.zeros(size, dtype=torch.bool)
+        self._is_special[self._special] = True
         self._replacements = non_special_vocab(self.tokenizer)
         if self.token_frequencies is not None:
             weights = torch.as_tensor(self.token_frequencies, dtype=torch.float64).clone()
@@ -176,7 +179,7 @@ class DataCollatorForSpanMasking:
         word_starts = batch.pop("word_starts", None)
         special_mask = batch.pop("special_tokens_mask", None)
         input_ids, attention = batch["input_ids"], batch["attention_mask"].bool()
-        candidates = attention & ~torch.isin(input_ids, self._special)
+        candidates = attention & ~self._is_special[input_ids]  # a table lookup is faster than `torch.isin`
         if special_mask is not None:
             candidates &= ~special_mask.bool()
         if word_starts is None:
