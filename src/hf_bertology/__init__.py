@@ -7,9 +7,11 @@ model = recipe.build_model()
 collator = recipe.build_collator(tokenizer)
 """
 
-from .collators import DataCollatorForMaskedLM
+from .collators import DataCollatorForMaskedLM, DataCollatorForSpanMasking
+from .models.albert import BertologyAlbertConfig, BertologyAlbertForPreTraining
 from .models.bert import BertologyBertConfig, BertologyBertForPreTraining
 from .models.roberta import BertologyRobertaConfig, BertologyRobertaForPreTraining
+from .models.spanbert import BertologySpanBertConfig, BertologySpanBertForPreTraining
 from .recipes import PRESETS, VARIANTS, Recipe, get_recipe, list_recipes
 from .utils import BertologyError
 
@@ -18,12 +20,17 @@ __version__ = "0.1.0"
 __all__ = [
     "PRESETS",
     "VARIANTS",
+    "BertologyAlbertConfig",
+    "BertologyAlbertForPreTraining",
     "BertologyBertConfig",
     "BertologyBertForPreTraining",
     "BertologyError",
     "BertologyRobertaConfig",
     "BertologyRobertaForPreTraining",
+    "BertologySpanBertConfig",
+    "BertologySpanBertForPreTraining",
     "DataCollatorForMaskedLM",
+    "DataCollatorForSpanMasking",
     "Recipe",
     "get_recipe",
     "list_recipes",

@@ -64,6 +64,8 @@ model = {auto_class}.from_pretrained("{path}", trust_remote_code=True)
 OBJECTIVES = {
     "bert": "masked LM (exact count, 80/10/10) + next-sentence prediction",
     "roberta": "masked LM with dynamic masking (exact count, 80/10/10), FULL-SENTENCES blocks, no NSP",
+    "spanbert": "geometric span masking over whole words (15%, 80/10/10 per span) + span boundary objective, no NSP",
+    "albert": "n-gram masked LM over whole words (n <= 3, 15%, 80/10/10) + sentence-order prediction",
 }
 
 

@@ -20,10 +20,12 @@ from typing import Any
 
 from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
-from .collators import DataCollatorForMaskedLM
+from .collators import DataCollatorForMaskedLM, DataCollatorForSpanMasking
 from .data.vocab import train_tokenizer
+from .models.albert import BertologyAlbertConfig, BertologyAlbertForPreTraining
 from .models.bert import BertologyBertConfig, BertologyBertForPreTraining
 from .models.roberta import BertologyRobertaConfig, BertologyRobertaForPreTraining
+from .models.spanbert import BertologySpanBertConfig, BertologySpanBertForPreTraining
 from .utils import BertologyError
 
 
@@ -49,6 +51,17 @@ VARIANTS: dict[str, Variant] = {
         DataCollatorForMaskedLM,
         "bpe",
         plain_auto_class="AutoModelForMaskedLM",
+    ),
+    "spanbert": Variant(
+        "spanbert",
+        BertologySpanBertConfig,
+        BertologySpanBertForPreTraining,
+        DataCollatorForSpanMasking,
+        "wordpiece",
+        plain_auto_class="AutoModelForMaskedLM",
+    ),
+    "albert": Variant(
+        "albert", BertologyAlbertConfig, BertologyAlbertForPreTraining, DataCollatorForSpanMasking, "unigram"
     ),
 }
 
@@ -92,6 +105,45 @@ ROBERTA_TRAINING = {
     "max_grad_norm": 0.0,
 }
 
+# SpanBERT: the official README command (RECIPES.md §3): lr 1e-4, 10k warmup, polynomial decay (power 1, to ~0:
+# transformers' "polynomial" ends at 1e-7), Adam eps 1e-8 (fairseq's default betas 0.9/0.999), wd 0.01, clip 1.0,
+# 2.4M updates of ≈256 blocks of 512 tokens.
+SPANBERT_TRAINING = {
+    "learning_rate": 1e-4,
+    "adam_beta1": 0.9,
+    "adam_beta2": 0.999,
+    "adam_epsilon": 1e-8,
+    "weight_decay": 0.01,
+    "warmup_steps": 10_000,
+    "max_steps": 2_400_000,
+    "per_device_train_batch_size": 256,
+    "lr_scheduler_type": "polynomial",
+    "max_grad_norm": 1.0,
+}
+SPANBERT_TOKENIZER = {"do_lower_case": False}  # cased WordPiece (cased_bert_pair_large, vocab 28996)
+# ALBERT: README pretraining command (RECIPES.md §4): batch 4096, lr 0.00176, 3125 warmup, 125k steps, linear
+# decay, wd 0.01, eps 1e-6. The official optimizer is LAMB, which torch does not ship: the Trainer's AdamW runs
+# instead (LAMB's per-layer trust ratio is what keeps this lr stable at batch 4096; lower it for AdamW).
+ALBERT_TRAINING = {
+    "learning_rate": 0.00176,
+    "adam_beta1": 0.9,
+    "adam_beta2": 0.999,
+    "adam_epsilon": 1e-6,
+    "weight_decay": 0.01,
+    "warmup_steps": 3125,
+    "max_steps": 125_000,
+    "per_device_train_batch_size": 4096,
+    "lr_scheduler_type": "linear",
+    "max_grad_norm": 1.0,
+}
+# v2 settings: gelu_new, no dropout; E=128; all layers shared (one group). xlarge/xxlarge sizes from Table 1.
+ALBERT_ARCH = {"embedding_size": 128, "hidden_act": "gelu_new", "num_hidden_groups": 1, "inner_group_num": 1}
+ALBERT_ARCH.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0)
+ALBERT_SIZES = {
+    "xlarge": {"num_hidden_layers": 24, "hidden_size": 2048, "num_attention_heads": 16, "intermediate_size": 8192},
+    "xxlarge": {"num_hidden_layers": 12, "hidden_size": 4096, "num_attention_heads": 64, "intermediate_size": 16384},
+}
+
 
 def _preset(variant: str, size: str, config: dict | None = None, training: dict | None = None, **data) -> dict:
     small = size in SMALL_DATA
@@ -131,6 +183,28 @@ PRESETS: dict[str, dict[str, Any]] = {
     "roberta-tiny": _preset(
         "roberta", "tiny", {"max_position_embeddings": 66, "type_vocab_size": 1}, ROBERTA_TRAINING
     ),
+    "spanbert-base": {
+        **_preset("spanbert", "base", training=SPANBERT_TRAINING, vocab_size=28996, max_seq_length=512),
+        "tokenizer": SPANBERT_TOKENIZER,
+    },
+    "spanbert-large": {
+        **_preset("spanbert", "large", training=SPANBERT_TRAINING, vocab_size=28996, max_seq_length=512),
+        "tokenizer": SPANBERT_TOKENIZER,
+    },
+    "spanbert-mini": {**_preset("spanbert", "mini", training=SPANBERT_TRAINING), "tokenizer": SPANBERT_TOKENIZER},
+    "spanbert-tiny": {**_preset("spanbert", "tiny", training=SPANBERT_TRAINING), "tokenizer": SPANBERT_TOKENIZER},
+    "albert-base": _preset("albert", "base", ALBERT_ARCH, ALBERT_TRAINING, vocab_size=30000, max_seq_length=512),
+    "albert-large": _preset("albert", "large", ALBERT_ARCH, ALBERT_TRAINING, vocab_size=30000, max_seq_length=512),
+    "albert-xlarge": {
+        **_preset("albert", "large", ALBERT_ARCH, ALBERT_TRAINING, vocab_size=30000, max_seq_length=512),
+        "config": {**ALBERT_ARCH, **ALBERT_SIZES["xlarge"]},
+    },
+    "albert-xxlarge": {
+        **_preset("albert", "large", ALBERT_ARCH, ALBERT_TRAINING, vocab_size=30000, max_seq_length=512),
+        "config": {**ALBERT_ARCH, **ALBERT_SIZES["xxlarge"]},
+    },
+    "albert-mini": _preset("albert", "mini", ALBERT_ARCH, ALBERT_TRAINING),
+    "albert-tiny": _preset("albert", "tiny", {**ALBERT_ARCH, "embedding_size": 16}, ALBERT_TRAINING),
 }
 
 

@@ -1,4 +1,5 @@
 from .base import pad_features
 from .masking import DataCollatorForMaskedLM
+from .spans import DataCollatorForSpanMasking
 
-__all__ = ["DataCollatorForMaskedLM", "pad_features"]
+__all__ = ["DataCollatorForMaskedLM", "DataCollatorForSpanMasking", "pad_features"]

@@ -18,7 +18,7 @@ from transformers import PreTrainedTokenizerBase
 from ..utils import BertologyError
 from .corpus import expand_paths, load_corpus, read_documents, split_sentences
 from .packing import pack_sentences
-from .pairs import build_nsp_pairs
+from .pairs import build_nsp_pairs, build_sop_pairs
 from .tokenize import tokenize_corpus
 from .vocab import train_tokenizer
 
@@ -43,11 +43,24 @@ def _nsp_pairs(tokenized, tokenizer, config, max_seq_length, seed, num_proc):
     )
 
 
+def _sop_pairs(tokenized, tokenizer, config, max_seq_length, seed, num_proc):
+    return build_sop_pairs(
+        tokenized,
+        tokenizer,
+        max_seq_length,
+        short_seq_prob=getattr(config, "short_seq_prob", 0.1),
+        swap_prob=getattr(config, "sop_swap_prob", 0.5),
+        seed=seed,
+        num_proc=num_proc,
+    )
+
+
 # input_format -> builder(tokenized, tokenizer, config, max_seq_length, seed, num_proc)
 INPUT_FORMATS: dict[str, Callable] = {
     "full_sentences": _full_sentences,
     "doc_sentences": _doc_sentences,
     "nsp_pairs": _nsp_pairs,
+    "sop_pairs": _sop_pairs,
 }
 
 
@@ -69,6 +82,7 @@ def build_pretraining_dataset(
 __all__ = [
     "INPUT_FORMATS",
     "build_nsp_pairs",
+    "build_sop_pairs",
     "build_pretraining_dataset",
     "expand_paths",
     "load_corpus",

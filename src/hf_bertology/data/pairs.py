@@ -1,4 +1,4 @@
-"""Segment pairs for sentence-level objectives: BERT's next-sentence prediction (NSP).
+"""Segment pairs for sentence-level objectives: BERT's next-sentence prediction (NSP), ALBERT's sentence order (SOP).
 
 Follows google-research/bert `create_pretraining_data.py: create_instances_from_document`: a target length per
 document (`max_seq_length - 3`, or with `short_seq_prob` a random one in [2, max]); sentences are gathered into a
@@ -145,3 +145,113 @@ def build_nsp_pairs(
     if isinstance(tokenized, datasets.Dataset):
         kwargs.update(num_proc=num_proc, desc="NSP segment pairs")
     return tokenized.map(nsp_batch, **kwargs)
+
+
+# -- ALBERT: sentence-order prediction ---------------------------------------------------------------------------
+
+SOP_FEATURES = datasets.Features(
+    {
+        "input_ids": datasets.Sequence(datasets.Value("int32")),
+        "token_type_ids": datasets.Sequence(datasets.Value("int8")),
+        "word_starts": datasets.Sequence(datasets.Value("int8")),
+        "sentence_order_label": datasets.Value("int8"),
+    }
+)
+
+
+def _split_single(sentence: list[int], starts: list[int], rng: random.Random):
+    """Cut a one-sentence chunk into two consecutive segments, at a random word start if it has two words."""
+    cuts = [i for i in range(1, len(sentence)) if starts[i]] or list(range(1, len(sentence)))
+    if not cuts:
+        return None
+    cut = rng.choice(cuts)
+    return sentence[:cut], sentence[cut:], starts[:cut], starts[cut:]
+
+
+def sop_batch(
+    batch: dict[str, list],
+    indices: list[int],
+    cls_id: int,
+    sep_id: int,
+    max_seq_length: int,
+    short_seq_prob: float,
+    swap_prob: float,
+    seed: int,
+) -> dict[str, list]:
+    rng = random.Random(seed * 1_000_003 + (indices[0] if indices else 0) + 7)
+    out = {"input_ids": [], "token_type_ids": [], "word_starts": [], "sentence_order_label": []}
+    max_tokens = max_seq_length - 3
+    for document, starts in zip(batch["input_ids"], batch["word_starts"]):
+        target = rng.randint(2, max_tokens) if rng.random() < short_seq_prob else max_tokens
+        chunk, chunk_starts, length = [], [], 0
+        for i, (sentence, sentence_starts) in enumerate(zip(document, starts)):
+            chunk.append(sentence)
+            chunk_starts.append(sentence_starts)
+            length += len(sentence)
+            if i < len(document) - 1 and length < target:
+                continue
+            if len(chunk) >= 2:
+                a_end = rng.randint(1, len(chunk) - 1)
+                a, a_st = _concat(chunk[:a_end]), _concat(chunk_starts[:a_end])
+                b, b_st = _concat(chunk[a_end:]), _concat(chunk_starts[a_end:])
+            else:  # the official code falls back to a random document here (NSP-style); we split the sentence
+                pieces = _split_single(list(chunk[0]), list(chunk_starts[0]), rng)
+                chunk, chunk_starts, length = [], [], 0
+                if pieces is None:
+                    continue
+                a, b, a_st, b_st = pieces
+            chunk, chunk_starts, length = [], [], 0
+            truncate_seq_pair(a, b, a_st, b_st, max_tokens, rng)
+            if not a or not b:
+                continue
+            swapped = rng.random() < swap_prob  # label 1: B then A (truncated first, so it is the pair reversed)
+            if swapped:
+                a, b, a_st, b_st = b, a, b_st, a_st
+            ids, types, word_starts = pair_layout(a, b, a_st, b_st, cls_id, sep_id)
+            out["input_ids"].append(ids)
+            out["token_type_ids"].append(types)
+            out["word_starts"].append(word_starts)
+            out["sentence_order_label"].append(int(swapped))
+    return out
+
+
+def build_sop_pairs(
+    tokenized: datasets.Dataset | datasets.IterableDataset,
+    tokenizer: PreTrainedTokenizerBase,
+    max_seq_length: int,
+    short_seq_prob: float = 0.1,
+    swap_prob: float = 0.5,
+    seed: int = 42,
+    num_proc: int | None = None,
+) -> datasets.Dataset | datasets.IterableDataset:
+    """ALBERT's sentence-order pairs (google-research/albert `create_instances_from_document`, SOP branch).
+
+    Chunks of sentences are gathered as for NSP; A is the chunk's first `randint(1, len-1)` sentences and B the
+    rest, so A and B are consecutive segments of one document (never another document); with probability
+    `swap_prob` they are swapped (label 1, as `sentence_order_label` in transformers). `[CLS] A [SEP] B [SEP]`,
+    token types 0/1. Two deviations, both on purpose: a one-sentence chunk is split at a random word start instead
+    of the official random-document negative, so every pair is a true SOP pair; and the pair is truncated before
+    the swap, so a swapped example is exactly its unswapped pair reversed.
+    """
+    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
+        raise BertologyError(f"SOP pairs need [CLS] and [SEP] tokens; {type(tokenizer).__name__} lacks one")
+    if max_seq_length < 5:
+        raise BertologyError(f"max_seq_length must be at least 5 for sentence pairs, got {max_seq_length}")
+    kwargs = {
+        "batched": True,
+        "batch_size": 1000,
+        "with_indices": True,
+        "remove_columns": tokenized.column_names,
+        "features": SOP_FEATURES,
+        "fn_kwargs": {
+            "cls_id": tokenizer.cls_token_id,
+            "sep_id": tokenizer.sep_token_id,
+            "max_seq_length": max_seq_length,
+            "short_seq_prob": short_seq_prob,
+            "swap_prob": swap_prob,
+            "seed": seed,
+        },
+    }
+    if isinstance(tokenized, datasets.Dataset):
+        kwargs.update(num_proc=num_proc, desc="SOP segment pairs")
+    return tokenized.map(sop_batch, **kwargs)

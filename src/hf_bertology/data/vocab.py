@@ -16,9 +16,11 @@ from transformers import PreTrainedTokenizerBase
 from ..utils import BertologyError, logger
 
 # tokenizer_type -> (transformers class name, default special vocabulary in id order)
-FAMILY_TOKENIZERS: dict[str, tuple[str, dict[str, int]]] = {
+# (None: the class's own defaults, e.g. AlbertTokenizer's <pad>=0, <unk>=1, [CLS]=2, [SEP]=3, [MASK]=4.)
+FAMILY_TOKENIZERS: dict[str, tuple[str, dict[str, int] | None]] = {
     "wordpiece": ("BertTokenizer", {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4}),
     "bpe": ("RobertaTokenizer", {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, "<mask>": 4}),
+    "unigram": ("AlbertTokenizer", None),  # SentencePiece-style Unigram, lower-cased, "▁" word starts (ALBERT)
 }
 
 

@@ -1,0 +1,413 @@
+"""Span masking over whole words: SpanBERT's geometric spans and ALBERT's n-grams.
+
+Two official procedures, one vectorised loop (one span per row per round, the whole batch at once):
+
+- `scheme="spanbert"` follows facebookresearch/SpanBERT `pretraining/fairseq/data/masking.py:
+  PairWithSpanMaskingScheme.mask` and `span_masking`: budget `ceil(rate * maskable tokens)`; repeat: draw a length
+  in words, an anchor token uniform over the tokens not yet masked, expand it back to its word start and take that
+  many whole words forward, adding tokens until the budget is met (so the last span may stop inside a word);
+  overlapping or abutting spans merge (`merge_intervals`). Drawing the anchor among the unmasked tokens is the same
+  distribution as the official draw-and-reject loop.
+- `scheme="albert"` follows google-research/albert `create_pretraining_data.py: create_masked_lm_predictions`
+  (`do_whole_word_mask=True`, `ngram=3`): budget `min(max_predictions, max(1, round(rate * tokens)))`, tokens
+  counting the special ones; word starts are visited in a random order; each draws `n`; an n-gram that would
+  overflow the budget is shortened, else skipped; one that touches an already chosen token is skipped. Anchors that
+  could only be skipped (start covered, or a first word longer than what is left) are left out of the draw, which
+  keeps the order of the others uniform, so the outcome has the official distribution without its O(words) loop.
+
+Span lengths come from `span_length_distribution`: `"geometric"` (SpanBERT: p(l) ∝ p(1-p)^(l-1) on lower..upper,
+renormalised, not clipped) or `"ngram"` (ALBERT and XLNet: p(n) ∝ 1/n). Replacement is decided once per merged span
+(`replacement_level="span"`, SpanBERT's `--replacement-method span`) or per token (`"token"`, BERT/ALBERT).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from ..utils import BertologyError
+from .base import RandomSource, non_special_vocab, pad_features, special_ids, word_start_table
+
+SCHEMES = ("spanbert", "albert")
+DISTRIBUTIONS = ("geometric", "ngram")
+# Spans tried per row per vectorised round; later spans of a round are checked against earlier ones in order.
+ANCHORS_PER_ROUND = 6
+
+
+def span_length_distribution(kind: str, lower: int = 1, upper: int = 10, p: float = 0.2) -> torch.Tensor:
+    """Probabilities of the span lengths `lower..upper` (in words), as a `(upper - lower + 1,)` float64 tensor.
+
+    `"geometric"`: SpanBERT's truncated geometric, `p(1-p)^(l-1)` renormalised on the range (p=0.2, 1..10: mean
+    3.797 words). `"ngram"`: `1/n` renormalised (ALBERT's `favor_shorter_ngram`; 1..3 gives 6/11, 3/11, 2/11).
+    """
+    if kind not in DISTRIBUTIONS:
+        raise BertologyError(f"unknown span distribution {kind!r}; known: {', '.join(DISTRIBUTIONS)}")
+    if not 1 <= lower <= upper:
+        raise ValueError(f"span lengths need 1 <= lower <= upper, got {lower}..{upper}")
+    lengths = torch.arange(lower, upper + 1, dtype=torch.float64)
+    if kind == "geometric":
+        if not 0.0 < p <= 1.0:
+            raise ValueError(f"geometric_p must be in (0, 1], got {p}")
+        weights = p * (1 - p) ** (lengths - 1)
+    else:
+        weights = 1.0 / lengths
+    return weights / weights.sum()
+
+
+def _first_at_or_after(flags: torch.Tensor) -> torch.Tensor:
+    """`(B, L)` bool -> for each position, the first position >= it where `flags` is set (L if none)."""
+    length = flags.shape[1]
+    where = torch.where(flags, torch.arange(length), length)
+    return where.flip(1).cummin(1).values.flip(1)
+
+
+@dataclass
+class DataCollatorForSpanMasking:
+    """Pads features and masks whole-word spans: SpanBERT's geometric spans or ALBERT's n-grams.
+
+    Expected statistics (tests/test_span_collator.py checks them):
+    - `scheme="spanbert"`, geometric p=0.2 on 1..10 words: sampled span lengths have mean 3.797 words; every span
+      starts at a word start and covers whole words, except the last one of a row, which the budget may cut;
+      masked share `ceil(0.15 * maskable)` per row (0.15 of the real tokens); 80/10/10 decided per merged span.
+    - `scheme="albert"`, n-grams p(n) ∝ 1/n on 1..3: lengths 6/11, 3/11, 2/11; whole words only; never more than
+      the budget `round(0.15 * tokens)`; 80/10/10 per token.
+    Special tokens and padding are never masked; a span never crosses a special token. Random replacements are
+    uniform over the non-special vocabulary, or (`random_token_distribution="unigram"`) follow the corpus unigram
+    distribution: `token_frequencies` if given, else a uniform draw among the batch's own real tokens (a sample of
+    the corpus token stream, as SpanBERT draws from its token list).
+
+    With `sbo_max_targets` (SpanBERT's span boundary objective), each merged span `(s, e)` whose outside neighbours
+    `s-1` and `e+1` are real non-special tokens gives targets for its first `sbo_max_targets` tokens:
+    `sbo_labels` `(B, L)` the original token (-100 elsewhere), `sbo_boundaries` `(B, L, 2)` the positions
+    `(s-1, e+1)`, `sbo_relative_positions` `(B, L)` the offset `i - s` (0 where there is no target).
+
+    Word starts come from the features' `word_starts` (hf_bertology.data, from `word_ids()`), else from the
+    tokenizer's vocabulary (`word_start_table`: "##" continuations, "Ġ"/"▁" starts).
+    """
+
+    tokenizer: PreTrainedTokenizerBase
+    mlm_probability: float = 0.15
+    scheme: str = "spanbert"
+    span_distribution: str = "geometric"
+    geometric_p: float = 0.2
+    span_lower: int = 1
+    span_upper: int = 10
+    replacement_level: str = "span"
+    mask_replace_prob: float = 0.8
+    random_replace_prob: float = 0.1
+    random_token_distribution: str = "uniform"
+    token_frequencies: Any = None
+    max_predictions_per_seq: int | None = None
+    sbo_max_targets: int | None = None
+    pad_to_multiple_of: int | None = None
+    seed: int | None = None
+    return_tensors: str = "pt"
+    _random: RandomSource = field(init=False, repr=False)
+
+    def __post_init__(self):
+        if self.tokenizer.mask_token_id is None:
+            raise BertologyError(f"the tokenizer ({type(self.tokenizer).__name__}) has no mask token")
+        if self.tokenizer.pad_token_id is None:
+            raise BertologyError(f"the tokenizer ({type(self.tokenizer).__name__}) has no padding token")
+        if not 0.0 < self.mlm_probability < 1.0:
+            raise ValueError(f"mlm_probability must be in (0, 1), got {self.mlm_probability}")
+        if self.scheme not in SCHEMES:
+            raise ValueError(f"scheme must be one of {SCHEMES}, got {self.scheme!r}")
+        if self.replacement_level not in ("span", "token"):
+            raise ValueError(f"replacement_level must be 'span' or 'token', got {self.replacement_level!r}")
+        if self.random_token_distribution not in ("uniform", "unigram"):
+            raise ValueError("random_token_distribution must be 'uniform' or 'unigram'")
+        if min(self.mask_replace_prob, self.random_replace_prob) < 0 or (
+            self.mask_replace_prob + self.random_replace_prob > 1
+        ):
+            raise ValueError("mask_replace_prob and random_replace_prob must be >= 0 and sum to at most 1")
+        if self.max_predictions_per_seq is not None and self.max_predictions_per_seq < 1:
+            raise ValueError("max_predictions_per_seq must be >= 1 or None")
+        if self.sbo_max_targets is not None and self.sbo_max_targets < 1:
+            raise ValueError("sbo_max_targets must be >= 1 or None")
+        if self.return_tensors != "pt":
+            raise ValueError("only return_tensors='pt' is supported")
+        self.length_probs = span_length_distribution(
+            self.span_distribution, self.span_lower, self.span_upper, self.geometric_p
+        )
+        self._length_cdf = self.length_probs.cumsum(0).float()
+        self._length_cdf[-1] = 1.0  # guard against rounding: every uniform draw maps to a length
+        self._random = RandomSource(self.seed)
+        self._special = special_ids(self.tokenizer)
+        size = max(len(self.tokenizer), int(self._special.max()) + 1 if len(self._special) else 0)
+        self._is_special = torch.zeros(size, dtype=torch.bool)
+        self._is_special[self._special] = True
+        self._replacements = non_special_vocab(self.tokenizer)
+        if self.token_frequencies is not None:
+            weights = torch.as_tensor(self.token_frequencies, dtype=torch.float64).clone()
+            weights[self._special] = 0  # never a special token
+            if weights.numel() != len(self.tokenizer) or weights.sum() <= 0:
+                raise BertologyError("token_frequencies needs one non-negative count per vocabulary id")
+            self.token_frequencies = weights
+        self._word_start_table: torch.Tensor | None = None
+
+    @classmethod
+    def from_config(cls, config, tokenizer: PreTrainedTokenizerBase, **overrides) -> DataCollatorForSpanMasking:
+        """The collator a SpanBERT or ALBERT config describes (its masking fields; `sbo_max_targets` if the
+        config has a span boundary objective)."""
+        names = (
+            "mlm_probability",
+            "scheme",
+            "span_distribution",
+            "geometric_p",
+            "span_lower",
+            "span_upper",
+            "replacement_level",
+            "mask_replace_prob",
+            "random_replace_prob",
+            "random_token_distribution",
+            "max_predictions_per_seq",
+            "sbo_max_targets",
+        )
+        kwargs = {name: getattr(config, name) for name in names if hasattr(config, name)}
+        if "scheme" not in kwargs and hasattr(config, "masking_scheme"):
+            kwargs["scheme"] = config.masking_scheme
+        kwargs.update(overrides)
+        return cls(tokenizer=tokenizer, **kwargs)
+
+    # -- the batch -------------------------------------------------------------------------------------------
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        batch = pad_features(features, self.tokenizer.pad_token_id, self.pad_to_multiple_of)
+        word_starts = batch.pop("word_starts", None)
+        special_mask = batch.pop("special_tokens_mask", None)
+        input_ids, attention = batch["input_ids"], batch["attention_mask"].bool()
+        candidates = attention & ~self._is_special[input_ids]  # a table lookup is faster than `torch.isin`
+        if special_mask is not None:
+            candidates &= ~special_mask.bool()
+        if word_starts is None:
+            if self._word_start_table is None:
+                self._word_start_table = word_start_table(self.tokenizer)
+            word_starts = self._word_start_table[input_ids]
+        masked, _ = self.sample_spans(attention, candidates, word_starts.bool())
+        run_start = self.span_starts(masked)
+        batch["labels"] = torch.where(masked, input_ids, -100)
+        if self.sbo_max_targets is not None:
+            batch.update(self.sbo_targets(input_ids, masked, candidates, run_start))
+        batch["input_ids"] = self.corrupt(input_ids, masked, run_start, candidates)
+        return batch
+
+    def budget(self, attention: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
+        """`(B,)` tokens to mask per row: SpanBERT `ceil(rate * maskable)`, ALBERT `max(1, round(rate * tokens))`
+        (capped by `max_predictions_per_seq`), never more than the maskable tokens."""
+        num_candidates = candidates.sum(1)
+        if self.scheme == "spanbert":
+            count = torch.ceil(num_candidates.double() * self.mlm_probability).long()
+        else:
+            count = torch.round(attention.sum(1).double() * self.mlm_probability).long().clamp(min=1)
+        if self.max_predictions_per_seq is not None:
+            count = count.clamp(max=self.max_predictions_per_seq)
+        return torch.minimum(count, num_candidates)
+
+    def sample_lengths(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """`(n,)` span lengths in words drawn from `length_probs`."""
+        draws = torch.rand(n, generator=generator)
+        return torch.searchsorted(self._length_cdf, draws).clamp(max=len(self._length_cdf) - 1) + self.span_lower
+
+    def sample_spans(
+        self,
+        attention: torch.Tensor,
+        candidates: torch.Tensor,
+        word_starts: torch.Tensor,
+        return_spans: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Choose the spans: the `(B, L)` bool mask, and with `return_spans` the placed spans as a `(N, 4)` long
+        tensor of `(row, start, end_exclusive, drawn_length_in_words)` in placement order (before merging).
+
+        One span per row per round. Rows that are done leave the working set once it has halved, so the long tail
+        of rows that need many short spans costs little.
+        """
+        generator = self._random.generator()
+        batch, length = candidates.shape
+        positions = torch.arange(length)
+        # Words never continue across a special token or padding; those tokens are one-token "words" of their own.
+        starts = word_starts | ~candidates
+        starts[:, 1:] |= ~candidates[:, :-1]
+        word_id = starts.long().cumsum(1) - 1  # (B, L)
+        # word_start_pos[b, w]: position of word w's first token; L past the last word.
+        word_start_pos = torch.full((batch, length + 1), length, dtype=torch.long)
+        word_start_pos.scatter_(1, torch.where(starts, word_id, length), positions.expand(batch, length))
+        word_start_pos[:, length] = length
+        state = {
+            "rows": torch.arange(batch),
+            "remaining": self.budget(attention, candidates),
+            "masked": torch.zeros(batch, length, dtype=torch.bool),
+            "word_id": word_id,
+            "word_start_pos": word_start_pos,
+            "segment_end": _first_at_or_after(~candidates),  # (B, L): end of the maskable stretch of each token
+        }
+        # A uniform random order of anchors per row; 2.0 marks tokens that can no longer be an anchor.
+        scores = torch.rand(batch, length, generator=generator)
+        if self.scheme == "spanbert":
+            state["scores"] = scores.masked_fill_(~candidates, 2.0)
+        else:
+            state["scores"] = scores.masked_fill_(~(starts & candidates), 2.0)  # ALBERT anchors are word starts
+            state["word_len"] = word_start_pos[:, 1:].gather(1, word_id) - word_start_pos.gather(1, word_id)
+        masked_out = torch.zeros(batch, length, dtype=torch.bool)
+        spans: list[torch.Tensor] = []
+        step = self._spanbert_step if self.scheme == "spanbert" else self._albert_step
+        while True:
+            active = step(state, positions, generator, spans if return_spans else None)
+            if not active.any():
+                break
+            if int(active.sum()) * 2 <= len(active):  # shrink the working set to the rows still masking
+                masked_out[state["rows"]] = state["masked"]
+                state = {key: value[active] for key, value in state.items()}
+        masked_out[state["rows"]] = state["masked"]
+        spans_tensor = (torch.cat(spans) if spans else torch.zeros(0, 4, dtype=torch.long)) if return_spans else None
+        return masked_out, spans_tensor
+
+    def _spanbert_step(self, state, positions, generator, spans) -> torch.Tensor:
+        """Place up to `ANCHORS_PER_ROUND` SpanBERT spans in every row that still has budget, exactly as the
+        official loop would one after the other; returns the rows that can go on."""
+        scores, masked, remaining = state["scores"], state["masked"], state["remaining"]
+        batch, length = masked.shape
+        k = min(ANCHORS_PER_ROUND, length)
+        best, anchor = scores.topk(k, 1, largest=False)  # (B, K): the next unmasked tokens in the random order
+        n = self.sample_lengths(batch * k, generator).view(batch, k)
+        word = state["word_id"].gather(1, anchor)
+        start = state["word_start_pos"].gather(1, word)
+        stop = state["segment_end"].gather(1, start)  # a span ends at the next special token or padding
+        end = torch.minimum(state["word_start_pos"].gather(1, (word + n).clamp(max=length)), stop)
+        # An anchor inside an earlier span of this round is rejected, as the official loop rejects masked anchors.
+        accepted = (best < 2.0) & (remaining > 0)[:, None]
+        for j in range(1, k):
+            inside = (start[:, :j] <= anchor[:, j : j + 1]) & (anchor[:, j : j + 1] < end[:, :j])
+            accepted[:, j] &= ~(accepted[:, :j] & inside).any(1)
+        cover = (positions >= start[..., None]) & (positions < end[..., None]) & accepted[..., None]  # (B, K, L)
+        cover &= ~masked[:, None, :]
+        # The span that adds each new token (k: none). A `where` + `amin` over K is ~10x faster than `argmax`.
+        first = torch.where(cover, torch.arange(k, dtype=torch.uint8)[:, None], k).amin(1).long()  # (B, L)
+        covered = first < k
+        new_per_span = torch.zeros(batch, k + 1, dtype=torch.long).scatter_add_(1, first, torch.ones_like(first))
+        total = new_per_span[:, :k].cumsum(1)  # (B, K)
+        # Spans are added in order until the budget is met; the span that meets it adds its first new tokens only.
+        cut = (total < remaining[:, None]).sum(1)  # (B,) index of the span that meets the budget (k: none)
+        before = torch.where(cut > 0, total.gather(1, (cut[:, None] - 1).clamp(min=0)).squeeze(1), 0)
+        in_cut = first == cut[:, None]
+        taken = covered & ((first < cut[:, None]) | (in_cut & (in_cut.cumsum(1) <= (remaining - before)[:, None])))
+        masked |= taken
+        scores.masked_fill_(taken, 2.0)
+        if spans is not None:
+            cut_end = torch.where(in_cut & taken, positions + 1, 0).amax(1)
+            index = torch.arange(k)
+            end = torch.where(index == cut[:, None], cut_end[:, None], end)
+            rows, slots = (accepted & (index <= cut[:, None])).nonzero(as_tuple=True)
+            spans.append(torch.stack([state["rows"][rows], start[rows, slots], end[rows, slots], n[rows, slots]], 1))
+        remaining -= taken.sum(1)
+        return (remaining > 0) & (best[:, -1] < 2.0)
+
+    def _albert_step(self, state, positions, generator, spans) -> torch.Tensor:
+        """Try the next `ANCHORS_PER_ROUND` word starts of every row that still has budget, one after the other as
+        the official loop does; returns the rows that can go on."""
+        scores, masked, remaining = state["scores"], state["masked"], state["remaining"]
+        batch, length = masked.shape
+        k = min(ANCHORS_PER_ROUND, length)
+        # Anchors that could only be skipped: covered word starts and first words longer than the budget left.
+        scores.masked_fill_(masked | (state["word_len"] > remaining[:, None]), 2.0)
+        best, anchor = scores.topk(k, 1, largest=False)
+        scores.scatter_(1, anchor, 2.0)  # each word start is tried once
+        n = self.sample_lengths(batch * k, generator).view(batch, k)
+        word = state["word_id"].gather(1, anchor)
+        start = state["word_start_pos"].gather(1, word)  # (B, K)
+        stop = state["segment_end"].gather(1, start)
+        offsets = torch.arange(1, self.span_upper + 1)
+        # ends[b, j, m-1]: end of the m-gram from anchor j (cut at the next special token).
+        ends = state["word_start_pos"].gather(1, (word[..., None] + offsets).clamp(max=length).view(batch, -1))
+        ends = torch.minimum(ends.view(batch, k, -1), stop[..., None])  # (B, K, U)
+        masked_before = torch.nn.functional.pad(masked.long().cumsum(1), (1, 0))  # (B, L + 1) prefix counts
+        accepted = torch.zeros(batch, k, dtype=torch.bool)
+        end = start.clone()
+        for j in range(k):
+            s = start[:, j]
+            # The longest m <= n that fits the budget (the official "try shorter n-grams"), else skip.
+            fits = (offsets <= n[:, j : j + 1]) & (ends[:, j] - s[:, None] <= remaining[:, None])  # (B, U), a prefix
+            e = ends[:, j].gather(1, (fits.sum(1, keepdim=True) - 1).clamp(min=0)).squeeze(1)
+            ok = (best[:, j] < 2.0) & fits[:, 0]
+            ok &= masked_before.gather(1, e[:, None]).squeeze(1) == masked_before.gather(1, s[:, None]).squeeze(1)
+            ok &= ~(accepted[:, :j] & (start[:, :j] < e[:, None]) & (s[:, None] < end[:, :j])).any(1)  # no overlap
+            accepted[:, j] = ok
+            end[:, j] = torch.where(ok, e, s)
+            remaining -= end[:, j] - s
+        cover = (positions >= start[..., None]) & (positions < end[..., None])  # (B, K, L)
+        masked |= cover.any(1)
+        if spans is not None:
+            rows, slots = accepted.nonzero(as_tuple=True)
+            spans.append(torch.stack([state["rows"][rows], start[rows, slots], end[rows, slots], n[rows, slots]], 1))
+        return (remaining > 0) & (best[:, -1] < 2.0)
+
+    # -- merged spans: SBO targets and replacement --------------------------------------------------------------
+    @staticmethod
+    def span_starts(masked: torch.Tensor) -> torch.Tensor:
+        """`(B, L)`: for each masked token, the position where its merged span (maximal masked run) starts."""
+        length = masked.shape[1]
+        first = masked.clone()
+        first[:, 1:] &= ~masked[:, :-1]
+        return torch.where(first, torch.arange(length), 0).cummax(1).values
+
+    def sbo_targets(
+        self, input_ids: torch.Tensor, masked: torch.Tensor, candidates: torch.Tensor, run_start: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        """SpanBERT's pair targets (`span_masking`, endpoints "external") as per-token `(B, L)` tensors."""
+        batch, length = masked.shape
+        last = masked.clone()
+        last[:, :-1] &= ~masked[:, 1:]
+        run_end = _first_at_or_after(last)  # (B, L): last position of each masked token's run
+        left, right = run_start - 1, run_end + 1
+        inside = (left >= 0) & (right < length)
+        # Boundaries must be real non-special tokens: a span touching [CLS], [SEP] or padding has no SBO target.
+        boundary_ok = candidates.gather(1, left.clamp(min=0)) & candidates.gather(1, right.clamp(max=length - 1))
+        relative = torch.arange(length) - run_start
+        target = masked & inside & boundary_ok & (relative < self.sbo_max_targets)
+        return {
+            "sbo_labels": torch.where(target, input_ids, -100),
+            "sbo_boundaries": torch.stack([left, right], -1) * target[..., None],  # (B, L, 2)
+            "sbo_relative_positions": relative * target,
+        }
+
+    def corrupt(
+        self, input_ids: torch.Tensor, masked: torch.Tensor, run_start: torch.Tensor, candidates: torch.Tensor
+    ) -> torch.Tensor:
+        """[MASK] / random tokens / unchanged, decided per merged span or per token."""
+        generator = self._random.generator()
+        draw = torch.rand(input_ids.shape, generator=generator)
+        if self.replacement_level == "span":
+            draw = draw.gather(1, run_start)  # every token of a span shares its first token's draw
+        to_mask = masked & (draw < self.mask_replace_prob)
+        to_random = (
+            masked & (draw >= self.mask_replace_prob) & (draw < self.mask_replace_prob + self.random_replace_prob)
+        )
+        corrupted = input_ids.masked_fill(to_mask, self.tokenizer.mask_token_id)
+        n_random = int(to_random.sum())
+        if n_random:
+            corrupted[to_random] = self.random_tokens(n_random, input_ids, candidates, generator)
+        return corrupted
+
+    def random_tokens(
+        self, n: int, input_ids: torch.Tensor, candidates: torch.Tensor, generator: torch.Generator | None
+    ) -> torch.Tensor:
+        """`(n,)` replacement ids: uniform non-special, or unigram (given frequencies, else the batch's tokens)."""
+        if self.random_token_distribution == "uniform":
+            return self._replacements[torch.randint(len(self._replacements), (n,), generator=generator)]
+        if self.token_frequencies is not None:
+            return torch.multinomial(self.token_frequencies, n, replacement=True, generator=generator)
+        pool = input_ids[candidates]
+        if pool.numel() == 0:
+            return self._replacements[torch.randint(len(self._replacements), (n,), generator=generator)]
+        return pool[torch.randint(pool.numel(), (n,), generator=generator)]
+
+
+def mean_span_length(kind: str, lower: int = 1, upper: int = 10, p: float = 0.2) -> float:
+    """Expected sampled span length in words (3.797 for SpanBERT's p=0.2 on 1..10; 1.636 for 1/n on 1..3)."""
+    probs = span_length_distribution(kind, lower, upper, p)
+    return float((probs * torch.arange(lower, upper + 1, dtype=torch.float64)).sum())
+
+
+__all__ = ["DataCollatorForSpanMasking", "mean_span_length", "span_length_distribution"]

@@ -1,0 +1,143 @@
+"""ALBERT pretraining: masked LM (n-gram masked, sparse) + sentence-order prediction (SOP).
+
+Parameter names are exactly those of `transformers.AlbertForPreTraining` (`albert.*`, `predictions.*`,
+`sop_classifier.*`), so plain `AutoModelForPreTraining` loads our checkpoints. The backbone is `AlbertModel`:
+factorized embeddings (V×E then E→H) and one group of layers shared by all `num_hidden_layers`. The MLM head
+projects to E and decodes with the tied E×V embedding table plus a bias (google-research/albert
+`run_pretraining.py: get_masked_lm_output`); it runs only on labelled positions, as the official code gathers
+`masked_lm_positions` first. SOP is a 2-way classifier on the pooled [CLS] (label 1 = swapped). Each loss is a sum
+divided by the Trainer's per-objective count (`num_items_in_batch`), so gradient accumulation and DDP equal one
+large batch; without counts both are plain means and the total equals `AlbertForPreTraining`'s loss.
+
+This file imports only torch, transformers and its own folder (`trust_remote_code=True` works without
+hf_bertology).
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from transformers import AlbertModel, AlbertPreTrainedModel
+from transformers.modeling_outputs import ModelOutput
+from transformers.models.albert.modeling_albert import AlbertMLMHead, AlbertSOPHead
+
+from .configuration_albert import BertologyAlbertConfig
+
+
+@dataclass
+class BertologyAlbertForPreTrainingOutput(ModelOutput):
+    """
+    loss: `mlm_loss + sop_loss`.
+    prediction_logits: `(num_masked, vocab_size)` at the labelled positions when `labels` are given (sparse),
+        else `(batch, seq_len, vocab_size)`.
+    sop_logits: `(batch, 2)`; class 0 = original order, 1 = swapped.
+    """
+
+    loss: torch.Tensor | None = None
+    mlm_loss: torch.Tensor | None = None
+    sop_loss: torch.Tensor | None = None
+    mlm_accuracy: torch.Tensor | None = None
+    sop_accuracy: torch.Tensor | None = None
+    prediction_logits: torch.Tensor | None = None
+    sop_logits: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+def _denominator(num_items_in_batch, key: str, local_count: torch.Tensor, local_tokens: torch.Tensor):
+    """Count that turns a summed loss into the mean over the whole optimizer step (see modeling_bert.py)."""
+    if isinstance(num_items_in_batch, Mapping):
+        if key in num_items_in_batch:
+            return num_items_in_batch[key]
+        num_items_in_batch = num_items_in_batch.get("labels")
+    if num_items_in_batch is None:
+        return local_count.clamp(min=1)
+    if key == "labels":
+        return num_items_in_batch
+    return local_count * num_items_in_batch / local_tokens.clamp(min=1)
+
+
+class BertologyAlbertForPreTraining(AlbertPreTrainedModel):
+    config_class = BertologyAlbertConfig
+    _auto_class = "AutoModelForPreTraining"
+    accepts_loss_kwargs = True  # the losses are normalised by `num_items_in_batch`
+    _tied_weights_keys = {
+        "predictions.decoder.weight": "albert.embeddings.word_embeddings.weight",
+        "predictions.decoder.bias": "predictions.bias",
+    }
+
+    def __init__(self, config: BertologyAlbertConfig):
+        super().__init__(config)
+        self.albert = AlbertModel(config)
+        self.predictions = AlbertMLMHead(config)
+        self.sop_classifier = AlbertSOPHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.predictions.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.predictions.decoder = new_embeddings
+
+    def get_input_embeddings(self):
+        return self.albert.embeddings.word_embeddings
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        sentence_order_label: torch.Tensor | None = None,
+        num_items_in_batch: Mapping | torch.Tensor | int | None = None,
+        **kwargs,
+    ) -> BertologyAlbertForPreTrainingOutput:
+        r"""
+        labels (`(batch, seq_len)`): original token ids at the positions to predict, -100 elsewhere.
+        sentence_order_label (`(batch,)`): 0 if A precedes B in the document, 1 if they were swapped.
+        """
+        outputs = self.albert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        sequence_output, pooled_output = outputs.last_hidden_state, outputs.pooler_output
+        sop_logits = self.sop_classifier(pooled_output)  # (B, 2)
+
+        loss = mlm_loss = sop_loss = mlm_accuracy = sop_accuracy = None
+        if labels is None:
+            prediction_logits = self.predictions(sequence_output)  # (B, T, V)
+        else:
+            predicted = labels.ne(-100)  # (B, T)
+            targets = labels[predicted]  # (M,)
+            prediction_logits = self.predictions(sequence_output[predicted])  # (M, V): sparse prediction
+            n_tokens = predicted.sum()
+            mlm_sum = F.cross_entropy(prediction_logits.float(), targets, reduction="sum")
+            mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", n_tokens, n_tokens)
+            mlm_accuracy = (prediction_logits.argmax(-1) == targets).float().sum() / n_tokens.clamp(min=1)
+            loss = mlm_loss
+            if sentence_order_label is not None:
+                n_seq = torch.tensor(sentence_order_label.numel(), device=labels.device)
+                sop_sum = F.cross_entropy(sop_logits.float(), sentence_order_label.view(-1), reduction="sum")
+                sop_loss = sop_sum / _denominator(num_items_in_batch, "sentence_order_label", n_seq, n_tokens)
+                sop_accuracy = (sop_logits.argmax(-1) == sentence_order_label.view(-1)).float().mean()
+                loss = loss + sop_loss
+
+        return BertologyAlbertForPreTrainingOutput(
+            loss=loss,
+            mlm_loss=mlm_loss,
+            sop_loss=sop_loss,
+            mlm_accuracy=mlm_accuracy,
+            sop_accuracy=sop_accuracy,
+            prediction_logits=prediction_logits,
+            sop_logits=sop_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )

@@ -1,0 +1,198 @@
+"""SpanBERT pretraining: masked LM + span boundary objective (SBO), sparse, no NSP (Joshi et al., 2020).
+
+Parameter names: `bert.*` and `cls.predictions.*` are exactly those of `transformers.BertForMaskedLM`, so plain
+`AutoModelForMaskedLM` / `AutoModel` load our checkpoints; the SBO head lives under `sbo.*` and follows
+facebookresearch/SpanBERT `pretraining/fairseq/models/pair_bert.py: BertPairTargetPredictionHead` (names
+included): each target token x_i of a span (s..e) is predicted from `[h_{s-1}; h_{e+1}; p_{i-s}]` through
+`MLPWithLayerNorm` (Linear(2H+P→H), GELU, LayerNorm, Linear(H→H), GELU, LayerNorm) and the tied word embeddings plus
+its own bias. The boundary states come from the last layer (`pair_target_layer=-1`).
+
+The collator (`DataCollatorForSpanMasking` with `sbo_max_targets`) gives, per token, `sbo_labels` (-100 where no
+SBO target), `sbo_boundaries` `(B, L, 2)` = `(s-1, e+1)` and `sbo_relative_positions` = `i - s`. Both heads run only
+on their targets (sparse prediction). Loss = MLM_sum / n_mlm + sbo_loss_weight * SBO_sum / n_sbo
+(`criterions/spanbert_loss.py`; it divides SBO by n_sbo + 1, a smoothing we drop), each divided by the Trainer's
+per-objective counts when given, so gradient accumulation and DDP equal one large batch.
+
+This file imports only torch, transformers and its own folder (`trust_remote_code=True` works without
+hf_bertology).
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import BertModel, BertPreTrainedModel
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.modeling_outputs import ModelOutput
+from transformers.models.bert.modeling_bert import BertOnlyMLMHead
+
+from .configuration_spanbert import BertologySpanBertConfig
+
+
+@dataclass
+class BertologySpanBertForPreTrainingOutput(ModelOutput):
+    """
+    loss: `mlm_loss + sbo_loss_weight * sbo_loss`.
+    logits: `(num_masked, vocab_size)` at the labelled positions when `labels` are given (sparse), else
+        `(batch, seq_len, vocab_size)`.
+    sbo_logits: `(num_sbo_targets, vocab_size)` when SBO targets are given.
+    """
+
+    loss: torch.Tensor | None = None
+    mlm_loss: torch.Tensor | None = None
+    sbo_loss: torch.Tensor | None = None
+    mlm_accuracy: torch.Tensor | None = None
+    sbo_accuracy: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    sbo_logits: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+def _denominator(num_items_in_batch, key: str, local_count: torch.Tensor):
+    """Count that turns a summed loss into the mean over the whole optimizer step (see modeling_bert.py).
+
+    `BertologyTrainer` passes a dict of counts per label key; the stock Trainer one int (masked tokens), which only
+    fits `labels`; without counts the local count gives the usual mean.
+    """
+    if isinstance(num_items_in_batch, Mapping):
+        num_items_in_batch = num_items_in_batch.get(key)
+    elif key != "labels":
+        num_items_in_batch = None
+    return local_count.clamp(min=1) if num_items_in_batch is None else num_items_in_batch
+
+
+class MLPWithLayerNorm(nn.Module):
+    """SpanBERT's two-layer MLP: Linear, activation, LayerNorm, twice."""
+
+    def __init__(self, config, input_size: int):
+        super().__init__()
+        self.linear1 = nn.Linear(input_size, config.hidden_size)
+        self.non_lin1 = ACT2FN[config.hidden_act]
+        self.layer_norm1 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.linear2 = nn.Linear(config.hidden_size, config.hidden_size)
+        self.non_lin2 = ACT2FN[config.hidden_act]
+        self.layer_norm2 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        hidden = self.layer_norm1(self.non_lin1(self.linear1(hidden)))
+        return self.layer_norm2(self.non_lin2(self.linear2(hidden)))
+
+
+class SpanBoundaryHead(nn.Module):
+    """`BertPairTargetPredictionHead`: predict a span token from the two boundary states and its position."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.position_embeddings = nn.Embedding(config.sbo_max_targets, config.sbo_position_embedding_size)
+        self.mlp_layer_norm = MLPWithLayerNorm(config, 2 * config.hidden_size + config.sbo_position_embedding_size)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=False)  # tied to the word embeddings
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, left: torch.Tensor, right: torch.Tensor, relative_positions: torch.Tensor) -> torch.Tensor:
+        """`left`, `right`: `(M, H)` boundary states; `relative_positions`: `(M,)` -> `(M, V)` logits."""
+        hidden = torch.cat([left, right, self.position_embeddings(relative_positions)], -1)  # (M, 2H + P)
+        return self.decoder(self.mlp_layer_norm(hidden)) + self.bias
+
+
+class BertologySpanBertForPreTraining(BertPreTrainedModel):
+    config_class = BertologySpanBertConfig
+    _auto_class = "AutoModelForMaskedLM"
+    accepts_loss_kwargs = True  # the losses are normalised by `num_items_in_batch`
+    _tied_weights_keys = {
+        "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
+        "cls.predictions.decoder.bias": "cls.predictions.bias",
+        "sbo.decoder.weight": "bert.embeddings.word_embeddings.weight",
+    }
+
+    def __init__(self, config: BertologySpanBertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.cls = BertOnlyMLMHead(config)
+        self.sbo = SpanBoundaryHead(config)
+        self.post_init()
+
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, SpanBoundaryHead):
+            init.zeros_(module.bias)  # transformers' `init` skips weights loaded from a checkpoint
+
+    def get_output_embeddings(self):
+        return self.cls.predictions.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.cls.predictions.decoder = new_embeddings
+        self.cls.predictions.bias = new_embeddings.bias
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        sbo_labels: torch.Tensor | None = None,
+        sbo_boundaries: torch.Tensor | None = None,
+        sbo_relative_positions: torch.Tensor | None = None,
+        num_items_in_batch: Mapping | torch.Tensor | int | None = None,
+        **kwargs,
+    ) -> BertologySpanBertForPreTrainingOutput:
+        r"""
+        labels (`(batch, seq_len)`): original token ids at the masked positions, -100 elsewhere.
+        sbo_labels (`(batch, seq_len)`): original ids of the SBO targets, -100 elsewhere.
+        sbo_boundaries (`(batch, seq_len, 2)`): positions `(s-1, e+1)` of each target's span boundaries.
+        sbo_relative_positions (`(batch, seq_len)`): offset `i - s` of each target inside its span.
+        """
+        outputs = self.bert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        sequence_output = outputs.last_hidden_state  # (B, T, H)
+        loss = mlm_loss = sbo_loss = mlm_accuracy = sbo_accuracy = sbo_logits = None
+        if labels is None:
+            logits = self.cls(sequence_output)  # (B, T, V)
+        else:
+            predicted = labels.ne(-100)  # (B, T)
+            targets = labels[predicted]  # (M,)
+            logits = self.cls(sequence_output[predicted])  # (M, V): sparse prediction
+            mlm_sum = F.cross_entropy(logits.float(), targets, reduction="sum")
+            mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", predicted.sum())
+            mlm_accuracy = (logits.argmax(-1) == targets).float().sum() / predicted.sum().clamp(min=1)
+            loss = mlm_loss
+        if sbo_labels is not None:
+            if sbo_boundaries is None or sbo_relative_positions is None:
+                raise ValueError("sbo_labels need sbo_boundaries and sbo_relative_positions (the span collator's)")
+            has_target = sbo_labels.ne(-100)  # (B, T)
+            rows, cols = has_target.nonzero(as_tuple=True)  # (N,) each
+            sbo_targets = sbo_labels[rows, cols]
+            boundaries = sbo_boundaries[rows, cols]  # (N, 2)
+            left = sequence_output[rows, boundaries[:, 0]]  # (N, H)
+            right = sequence_output[rows, boundaries[:, 1]]
+            sbo_logits = self.sbo(left, right, sbo_relative_positions[rows, cols])  # (N, V)
+            sbo_sum = F.cross_entropy(sbo_logits.float(), sbo_targets, reduction="sum")
+            n_sbo = has_target.sum()
+            sbo_loss = sbo_sum / _denominator(num_items_in_batch, "sbo_labels", n_sbo)
+            sbo_accuracy = (sbo_logits.argmax(-1) == sbo_targets).float().sum() / n_sbo.clamp(min=1)
+            weighted = self.config.sbo_loss_weight * sbo_loss
+            loss = weighted if loss is None else loss + weighted
+
+        return BertologySpanBertForPreTrainingOutput(
+            loss=loss,
+            mlm_loss=mlm_loss,
+            sbo_loss=sbo_loss,
+            mlm_accuracy=mlm_accuracy,
+            sbo_accuracy=sbo_accuracy,
+            logits=logits,
+            sbo_logits=sbo_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )

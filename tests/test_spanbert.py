@@ -1,0 +1,140 @@
+"""SpanBERT: SBO leakage, checkpoint compatibility with plain transformers, pretrain smoke test."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import torch
+from transformers.modeling_outputs import BaseModelOutputWithPoolingAndCrossAttentions
+
+import hf_bertology as hb
+from hf_bertology.training.pretrain import main as pretrain_main
+
+TINY = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
+
+
+def tiny_model(**overrides) -> hb.BertologySpanBertForPreTraining:
+    torch.manual_seed(0)
+    config = hb.BertologySpanBertConfig(**TINY, max_position_embeddings=64, **overrides)
+    return hb.BertologySpanBertForPreTraining(config).eval()
+
+
+def test_config_holds_the_readme_recipe():
+    config = hb.get_recipe("spanbert-base").config
+    assert config.model_type == "bert" and config.vocab_size == 28996
+    assert (config.geometric_p, config.span_lower, config.span_upper) == (0.2, 1, 10)
+    assert (config.sbo_loss_weight, config.sbo_max_targets, config.sbo_position_embedding_size) == (1.0, 15, 200)
+    assert config.replacement_level == "span" and config.input_format == "doc_sentences"
+    recipe = hb.get_recipe("spanbert-large")
+    assert recipe.tokenizer_kwargs == {"do_lower_case": False} and recipe.max_seq_length == 512
+    training = recipe.training_defaults
+    assert (training["learning_rate"], training["warmup_steps"], training["adam_epsilon"]) == (1e-4, 10_000, 1e-8)
+    assert (training["weight_decay"], training["max_grad_norm"], training["lr_scheduler_type"]) == (
+        0.01,
+        1.0,
+        "polynomial",
+    )
+
+
+def test_sbo_sees_only_the_boundaries_and_the_relative_position():
+    model = tiny_model()
+    batch, length, hidden = 2, 12, 32
+    states = torch.randn(batch, length, hidden, requires_grad=True)
+    # Replace the encoder output by a leaf, so gradients show which hidden states the SBO prediction reads.
+    model.bert.register_forward_hook(
+        lambda module, args, output: BaseModelOutputWithPoolingAndCrossAttentions(last_hidden_state=states)
+    )
+    sbo_labels = torch.full((batch, length), -100)
+    boundaries = torch.zeros(batch, length, 2, dtype=torch.long)
+    relative = torch.zeros(batch, length, dtype=torch.long)
+    # One target: row 1, span 4..7, token 6 (relative position 2); boundaries 3 and 8.
+    sbo_labels[1, 6], boundaries[1, 6], relative[1, 6] = 17, torch.tensor([3, 8]), 2
+    out = model(
+        input_ids=torch.ones(batch, length, dtype=torch.long),
+        sbo_labels=sbo_labels,
+        sbo_boundaries=boundaries,
+        sbo_relative_positions=relative,
+    )
+    out.sbo_loss.backward()
+    touched = states.grad.abs().sum(-1) > 0  # (B, T)
+    expected = torch.zeros(batch, length, dtype=torch.bool)
+    expected[1, [3, 8]] = True
+    assert torch.equal(touched, expected)
+    position_rows = model.sbo.position_embeddings.weight.grad.abs().sum(-1) > 0
+    assert position_rows.nonzero().flatten().tolist() == [2]
+
+
+def test_loss_is_mlm_plus_sbo_and_counts_normalise():
+    model = tiny_model()
+    tokenizer_ids = torch.randint(5, 100, (3, 16))
+    labels = torch.full((3, 16), -100)
+    labels[:, 5:8] = tokenizer_ids[:, 5:8]
+    sbo_labels = labels.clone()
+    boundaries = torch.zeros(3, 16, 2, dtype=torch.long)
+    boundaries[:, 5:8] = torch.tensor([4, 8])
+    relative = torch.zeros(3, 16, dtype=torch.long)
+    relative[:, 5:8] = torch.arange(3)
+    kwargs = dict(labels=labels, sbo_labels=sbo_labels, sbo_boundaries=boundaries, sbo_relative_positions=relative)
+    out = model(input_ids=tokenizer_ids, **kwargs)
+    assert torch.allclose(out.loss, out.mlm_loss + out.sbo_loss)
+    counted = model(input_ids=tokenizer_ids, num_items_in_batch={"labels": 18, "sbo_labels": 18}, **kwargs)
+    assert torch.allclose(counted.mlm_loss, out.mlm_loss / 2) and torch.allclose(counted.sbo_loss, out.sbo_loss / 2)
+
+
+def test_checkpoint_loads_in_plain_transformers(tmp_path):
+    model = tiny_model()
+    model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["model_type"] == "bert" and "AutoModelForMaskedLM" in config["auto_map"]
+    input_ids = torch.randint(5, 100, (2, 10))
+    torch.save(input_ids, tmp_path / "ids.pt")
+    with torch.no_grad():
+        expected = model(input_ids=input_ids).logits
+    torch.save(expected, tmp_path / "expected.pt")
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules["hf_bertology"] = None  # plain transformers only
+        import torch
+        from transformers import AutoModel, AutoModelForMaskedLM
+        path = {str(tmp_path)!r}
+        ids, expected = torch.load(path + "/ids.pt"), torch.load(path + "/expected.pt")
+        plain, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True)
+        assert type(plain).__name__ == "BertForMaskedLM" and not info["missing_keys"], info
+        # No pooler is trained (SpanBERT has no NSP; an unused pooler would also break DDP without
+        # find_unused_parameters): the encoder loads completely without one.
+        encoder, info = AutoModel.from_pretrained(path, add_pooling_layer=False, output_loading_info=True)
+        assert not info["missing_keys"] and not info["mismatched_keys"], info
+        ours = AutoModelForMaskedLM.from_pretrained(path, trust_remote_code=True)
+        assert type(ours).__name__ == "BertologySpanBertForPreTraining", type(ours)
+        assert ours.sbo.decoder.weight.data_ptr() == ours.bert.embeddings.word_embeddings.weight.data_ptr()
+        with torch.no_grad():
+            assert torch.allclose(plain(input_ids=ids).logits, expected, atol=1e-5)
+            assert torch.allclose(ours(input_ids=ids).logits, expected, atol=1e-5)
+        print("ok")
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
+
+
+def test_pretrain_smoke(tmp_path):
+    sentences = [
+        "The river flows past the old mill. Fishermen wait on the bank at dawn. Birds sing in the tall trees.",
+        "Engineers tested the new bridge. Heavy trucks crossed it slowly. Nobody noticed any movement at all.",
+    ]
+    (tmp_path / "corpus.txt").write_text("\n\n".join(sentences * 20), encoding="utf-8")
+    metrics = pretrain_main(
+        [
+            "--recipe", "spanbert-tiny", "--train_file", str(tmp_path / "corpus.txt"),
+            "--output_dir", str(tmp_path / "out"), "--max_steps", "3", "--vocab_size", "200",
+            "--per_device_train_batch_size", "4", "--logging_steps", "1", "--save_strategy", "no",
+        ]
+    )  # fmt: skip
+    assert metrics["train_loss"] > 0
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["model_type"] == "bert" and config["sbo_max_targets"] == 15
+    assert (tmp_path / "out" / "modeling_spanbert.py").is_file()
