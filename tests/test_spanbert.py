@@ -104,9 +104,9 @@ def test_checkpoint_loads_in_plain_transformers(tmp_path):
         ids, expected = torch.load(path + "/ids.pt"), torch.load(path + "/expected.pt")
         plain, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True)
         assert type(plain).__name__ == "BertForMaskedLM" and not info["missing_keys"], info
-        # No pooler is trained (SpanBERT has no NSP; an unused pooler would also break DDP without
-        # find_unused_parameters): the encoder loads completely without one.
-        encoder, info = AutoModel.from_pretrained(path, add_pooling_layer=False, output_loading_info=True)
+        # The (frozen, untrained) pooler is saved too, so the plain encoder loads with nothing missing.
+        encoder, info = AutoModel.from_pretrained(path, output_loading_info=True)
+        assert type(encoder).__name__ == "BertModel", type(encoder)
         assert not info["missing_keys"] and not info["mismatched_keys"], info
         ours = AutoModelForMaskedLM.from_pretrained(path, trust_remote_code=True)
         assert type(ours).__name__ == "BertologySpanBertForPreTraining", type(ours)

@@ -110,10 +110,14 @@ class BertologySpanBertForPreTraining(BertPreTrainedModel):
 
     def __init__(self, config: BertologySpanBertConfig):
         super().__init__(config)
-        self.bert = BertModel(config, add_pooling_layer=False)
+        self.bert = BertModel(config)
         self.cls = BertOnlyMLMHead(config)
         self.sbo = SpanBoundaryHead(config)
         self.post_init()
+        # SpanBERT has no NSP, so no loss reaches the pooler. It is kept (frozen at its initialisation, like the
+        # released SpanBERT checkpoints' untrained pooler) so that plain `AutoModel` loads with nothing missing;
+        # frozen, it is no "unused parameter" under DDP either.
+        self.bert.pooler.requires_grad_(False)
 
     def _init_weights(self, module):
         super()._init_weights(module)
