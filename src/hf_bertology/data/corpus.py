@@ -203,7 +203,7 @@ def load_corpus(
     except Exception as err:  # offline, unknown name, ...: the user needs one line, not the HTTP stack
         raise BertologyError(
             f"could not load dataset {dataset_name!r} ({dataset_config_name or 'default'}) from the Hub "
-            f"({type(err).__name__}); offline, pass a local corpus with --train_file FILE"
+            f"({type(err).__name__}); offline? pass a local corpus: --train_file FILE (make pretrain TRAIN_FILE=FILE)"
         ) from None
     if text_column not in corpus.column_names:
         raise BertologyError(f"dataset {dataset_name!r} has no column {text_column!r} (set --text_column)")
