@@ -7,9 +7,10 @@ model = recipe.build_model()
 collator = recipe.build_collator(tokenizer)
 """
 
-from .collators import DataCollatorForMaskedLM
+from .collators import DataCollatorForMaskedLM, DataCollatorForPermutationLM
 from .models.bert import BertologyBertConfig, BertologyBertForPreTraining
 from .models.roberta import BertologyRobertaConfig, BertologyRobertaForPreTraining
+from .models.xlnet import BertologyXLNetConfig, BertologyXLNetForPreTraining
 from .recipes import PRESETS, VARIANTS, Recipe, get_recipe, list_recipes
 from .utils import BertologyError
 
@@ -23,7 +24,10 @@ __all__ = [
     "BertologyError",
     "BertologyRobertaConfig",
     "BertologyRobertaForPreTraining",
+    "BertologyXLNetConfig",
+    "BertologyXLNetForPreTraining",
     "DataCollatorForMaskedLM",
+    "DataCollatorForPermutationLM",
     "Recipe",
     "get_recipe",
     "list_recipes",

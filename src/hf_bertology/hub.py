@@ -64,6 +64,8 @@ model = {auto_class}.from_pretrained("{path}", trust_remote_code=True)
 OBJECTIVES = {
     "bert": "masked LM (exact count, 80/10/10) + next-sentence prediction",
     "roberta": "masked LM with dynamic masking (exact count, 80/10/10), FULL-SENTENCES blocks, no NSP",
+    "xlnet": "permutation LM (two-stream attention): 1/6 of the tokens, in whole-word spans, predicted in a random "
+    "factorisation order; memory of the previous segment",
 }
 
 

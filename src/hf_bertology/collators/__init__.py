@@ -1,4 +1,5 @@
 from .base import pad_features
 from .masking import DataCollatorForMaskedLM
+from .permutation import DataCollatorForPermutationLM
 
-__all__ = ["DataCollatorForMaskedLM", "pad_features"]
+__all__ = ["DataCollatorForMaskedLM", "DataCollatorForPermutationLM", "pad_features"]

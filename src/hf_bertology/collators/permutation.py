@@ -193,7 +193,9 @@ class DataCollatorForPermutationLM:
         # top up with random whole words (the official code tops up with random single tokens)
         missing = budget - spans.sum(1)
         if bool((missing > 0).any()):
-            spans |= choose_whole_words(candidates & ~spans, word_starts, missing.clamp(min=0), generator)
+            starts = word_starts.clone()
+            starts[:, 0] = True  # a row may open mid-word (a reuse part cut from the stream)
+            spans |= choose_whole_words(candidates & ~spans, starts, missing.clamp(min=0), generator)
         return spans
 
     def permutation_mask(self, real: torch.Tensor, targets: torch.Tensor, functional: torch.Tensor) -> torch.Tensor:
