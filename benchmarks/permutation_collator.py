@@ -5,8 +5,9 @@
 Both collate the same 256 features of 128 tokens (XLNet layout, a Unigram tokenizer trained on WikiText-2 when
 present, else on generated text). Ours also gets the features' `word_starts` (as our data pipeline provides) and
 does more: whole-word spans with an exact count, the reuse split, left padding and `attention_mask`, and
-`target_mapping` rows only for the targets (transformers' is `eye(L)`). Reports the median and the minimum over
-`--repeats` calls, measured in the same run, and the ratio ours / transformers'.
+`target_mapping` rows only for the targets (transformers' is `eye(L)`). Reports, over `--repeats` interleaved calls
+in the same run, the median and minimum wall time and the median CPU time of the calling thread (on a shared
+machine the wall median mostly measures the others' load), and the ratios ours / transformers'.
 """
 
 from __future__ import annotations
@@ -31,18 +32,24 @@ def corpus() -> list[str]:
     return [" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(120)) for i in range(2000)]
 
 
-def timed(collators: dict, repeats: int) -> dict[str, tuple[float, float]]:
-    """(median, min) seconds per call of each `name: (collate, features)`, calls interleaved so that all of them
-    see the same background load."""
-    times: dict[str, list[float]] = {name: [] for name in collators}
+def timed(collators: dict, repeats: int) -> dict[str, dict[str, float]]:
+    """Per call of each `name: (collate, features)`: median and min wall time, and median CPU time of the calling
+    thread (`time.thread_time`: what the call costs, without the time other processes on a shared machine take).
+    Calls are interleaved so that all collators see the same background load."""
+    wall: dict[str, list[float]] = {name: [] for name in collators}
+    cpu: dict[str, list[float]] = {name: [] for name in collators}
     for collate, features in collators.values():
         collate(features)  # warm-up
     for _ in range(repeats):
         for name, (collate, features) in collators.items():
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.thread_time()
             collate(features)
-            times[name].append(time.perf_counter() - start)
-    return {name: (statistics.median(values), min(values)) for name, values in times.items()}
+            cpu[name].append(time.thread_time() - start_cpu)
+            wall[name].append(time.perf_counter() - start)
+    return {
+        name: {"median": statistics.median(wall[name]), "min": min(wall[name]), "cpu": statistics.median(cpu[name])}
+        for name in collators
+    }
 
 
 def main() -> None:
@@ -74,16 +81,19 @@ def main() -> None:
     results = timed(
         {"reference": (reference, plain), "ours": (ours, features), "ours_no_starts": (ours, plain)}, args.repeats
     )
-    (ref_median, ref_min), (our_median, our_min) = results["reference"], results["ours"]
     rows = [
         ("transformers DataCollatorForPermutationLanguageModeling", results["reference"]),
         ("hf_bertology DataCollatorForPermutationLM", results["ours"]),
         ("  (without word_starts: vocabulary table)", results["ours_no_starts"]),
     ]
     print(f"batch {args.batch} x {args.length} tokens, {args.threads} torch thread(s), {args.repeats} calls each")
-    for name, (median, fastest) in rows:
-        print(f"{name:57s} median {median * 1e3:7.1f} ms  min {fastest * 1e3:7.1f} ms")
-    print(f"ratio ours / transformers: median {our_median / ref_median:.3f}  min {our_min / ref_min:.3f}")
+    for name, r in rows:
+        print(
+            f"{name:57s} wall median {r['median'] * 1e3:6.1f} ms  min {r['min'] * 1e3:6.1f} ms  CPU {r['cpu'] * 1e3:6.1f} ms"
+        )
+    ref, ours = results["reference"], results["ours"]
+    ratios = {key: ours[key] / ref[key] for key in ("median", "min", "cpu")}
+    print("ratio ours / transformers: " + "  ".join(f"{key} {value:.3f}" for key, value in ratios.items()))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import torch
 from transformers import TrainingArguments, XLNetLMHeadModel, XLNetModel, XLNetTokenizer
 
 import hf_bertology as hb
-from hf_bertology.collators.permutation import span_targets
+from hf_bertology.collators.permutation import sample_spans
 from hf_bertology.data import build_xlnet_segments, tokenize_corpus
 from hf_bertology.training.pretrain import main
 from hf_bertology.training.xlnet_trainer import StreamBatches, XLNetTrainer
@@ -181,11 +181,9 @@ def test_target_share_spans_and_whole_words(tokenizer):
 def test_span_lengths_follow_one_over_n():
     """Raw spans: n ~ 1/n on 1..5 (mean 2.190 words) in contexts of 6n, so 1/6 of the words are targets."""
     generator = torch.Generator().manual_seed(0)
-    candidates = torch.ones(64, 512, dtype=torch.bool)
-    targets, span_id = span_targets(candidates, torch.ones_like(candidates), 6.0, 5, generator)
-    sizes = torch.zeros(64, int(span_id.max()) + 1, dtype=torch.long).scatter_add_(
-        1, span_id.clamp(min=0), targets.long()
-    )
+    span = sample_spans(torch.full((64,), 512), 512, 6.0, 5, generator)  # (64, 512) span id per word
+    targets = span >= 0
+    sizes = torch.zeros(64, int(span.max()) + 1, dtype=torch.long).scatter_add_(1, span.clamp(min=0), targets.long())
     sizes = sizes[sizes > 0]
     expected_mean = 5 / sum(1 / n for n in range(1, 6))
     assert sizes.max() <= 5 and abs(sizes.float().mean().item() - expected_mean) < 0.06

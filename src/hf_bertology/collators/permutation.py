@@ -42,28 +42,33 @@ from .base import SEQUENCE_KEYS, RandomSource, pad_features, special_ids, word_s
 DROPPED_KEYS = ("stream_position",)
 
 
-def span_targets(
-    candidates: torch.Tensor,
-    word_starts: torch.Tensor,
-    context_ratio: float,
-    max_span_length: int,
-    generator: torch.Generator | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """XLNet's span sampling over whole words; returns `(targets, span_id)`, both `(B, L)`.
+def segment_words(candidates: torch.Tensor, word_starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The candidates' whole words: `word_index` `(B, L)` (-1 before the first word) and `word_len` `(B, W)`.
 
-    The candidate words of each row are cut into consecutive contexts of `floor(n * context_ratio)` words
-    (n ~ p(n) ∝ 1/n, n = 1..max_span_length), each holding one span of n words at a uniform offset. `span_id` is the
-    context index of each target token (-1 elsewhere).
+    A word starts at a word start, after a non-candidate (a word never continues across specials or padding) and
+    at a row's first token (a reuse part cut from the stream may open mid-word).
     """
-    batch, length = candidates.shape
-    starts = (word_starts | ~candidates) & candidates
-    starts[:, 1:] |= candidates[:, 1:] & ~candidates[:, :-1]  # a word never continues across specials or padding
+    starts = word_starts & candidates
+    starts[:, 1:] |= candidates[:, 1:] & ~candidates[:, :-1]
     starts[:, 0] |= candidates[:, 0]
-    word_index = starts.long().cumsum(1) - 1  # (B, L) index of each candidate token's word
-    num_words = int(starts.sum(1).max())
-    if num_words == 0:
-        return torch.zeros_like(candidates), torch.full_like(word_index, -1)
-    num_spans = num_words // max(1, int(context_ratio)) + 2  # enough contexts to cover every word
+    word_index = starts.long().cumsum(1) - 1  # (B, L)
+    num_words = max(1, int(word_index[:, -1].max()) + 1)
+    word_len = torch.zeros(candidates.shape[0], num_words, dtype=torch.long)
+    word_len.scatter_add_(1, word_index.clamp(min=0), candidates.long())  # (B, W)
+    return word_index, word_len
+
+
+def sample_spans(
+    num_words: torch.Tensor, width: int, context_ratio: float, max_span_length: int, generator: torch.Generator | None
+) -> torch.Tensor:
+    """XLNet's span sampling (`_sample_mask`) over whole words: `(B, width)` span id of each word, -1 if none.
+
+    Each row's `num_words` words are cut into consecutive contexts of `floor(n * context_ratio)` words
+    (n ~ p(n) ∝ 1/n, n = 1..max_span_length), each holding one span of n words at a uniform offset, so about
+    1 / context_ratio of the words are targets.
+    """
+    batch = num_words.shape[0]
+    num_spans = width // max(1, int(context_ratio)) + 2  # enough contexts to cover every word
     lengths = torch.arange(1, max_span_length + 1, dtype=torch.float64)
     cdf = (1.0 / lengths).cumsum(0) / (1.0 / lengths).sum()
     draws = torch.rand(batch, num_spans, generator=generator, dtype=torch.float64)
@@ -73,45 +78,37 @@ def span_targets(
     offset = (torch.rand(batch, num_spans, generator=generator) * (context - span_len + 1)).long()
     context_end = context.cumsum(1)  # (B, S)
     span_start = context_end - context + offset
-    span_end = span_start + span_len
     # difference array over words: +1 where a span starts, -1 where it ends
-    edges = torch.zeros(batch, num_words + 1, dtype=torch.long)
-    edges.scatter_add_(1, span_start.clamp(max=num_words), torch.ones_like(span_start))
-    edges.scatter_add_(1, span_end.clamp(max=num_words), -torch.ones_like(span_end))
-    word_is_target = edges.cumsum(1)[:, :num_words] > 0  # (B, W)
-    safe_index = word_index.clamp(min=0, max=num_words - 1)
-    targets = candidates & word_is_target.gather(1, safe_index)
-    span_id = torch.searchsorted(context_end, safe_index, right=True)  # (B, L) the context each word falls in
-    return targets, torch.where(targets, span_id, -1)
+    edges = torch.zeros(batch, width + 1, dtype=torch.long)
+    edges.scatter_add_(1, span_start.clamp(max=width), torch.ones_like(span_start))
+    edges.scatter_add_(1, (span_start + span_len).clamp(max=width), -torch.ones_like(span_start))
+    words = torch.arange(width).expand(batch, width)
+    is_target = (edges.cumsum(1)[:, :width] > 0) & (words < num_words[:, None])  # (B, W)
+    span_id = torch.searchsorted(context_end, words.contiguous(), right=True)  # (B, W) the context of each word
+    return torch.where(is_target, span_id, -1)
 
 
 def top_up_words(
-    free: torch.Tensor, word_starts: torch.Tensor, missing: torch.Tensor, generator: torch.Generator | None
+    word_len: torch.Tensor, chosen: torch.Tensor, missing: torch.Tensor, generator: torch.Generator | None
 ) -> torch.Tensor:
-    """`(B, L)` bool: random whole words of `free` adding up to each row's `missing` token count.
+    """`(B, W)` bool: random words not yet `chosen` whose lengths add up to each row's `missing` token count.
 
     Greedy in a random order: each word is taken if it still fits, so the count falls short only when no free word
     is short enough. `missing` is small (what the kept spans leave of the budget), so the random order is the
     `topk` of a few random scores, and the greedy pass loops over those few columns, not over positions.
     """
-    batch, length = free.shape
-    starts = word_starts | ~free
-    starts[:, 1:] |= ~free[:, :-1]  # a word never continues across a taken or special token
-    starts[:, 0] = True  # a row may open mid-word (a reuse part cut from the stream)
-    word_id = starts.long().cumsum(1) - 1  # (B, L)
-    word_len = torch.zeros(batch, length, dtype=torch.long).scatter_add_(1, word_id, free.long())
-    eligible = (word_len > 0) & (word_len <= missing[:, None])
-    scores = torch.where(eligible, torch.rand(batch, length, generator=generator), -1.0)
-    best, words = scores.topk(min(length, 2 * int(missing.max()) + 4), dim=1)  # (B, k) words in random order
-    sizes = torch.where(best >= 0, word_len.gather(1, words), length + 1)  # (B, k); ineligible never fit
+    batch, width = word_len.shape
+    eligible = (word_len > 0) & ~chosen & (word_len <= missing[:, None])
+    scores = torch.where(eligible, torch.rand(batch, width, generator=generator), -1.0)
+    best, words = scores.topk(min(width, int(missing.max()) + 8), dim=1)  # (B, k) words in random order
+    sizes = torch.where(best >= 0, word_len.gather(1, words), missing.max() + 1)  # (B, k); ineligible never fit
     take = torch.zeros_like(sizes, dtype=torch.bool)
     remaining = missing.clone()
     for column in range(sizes.shape[1]):  # a few columns: greedy, word by word
         fits = sizes[:, column] <= remaining
         take[:, column] = fits
         remaining -= sizes[:, column] * fits
-    taken = torch.zeros(batch, length, dtype=torch.bool).scatter_(1, words, take)
-    return taken.gather(1, word_id) & free
+    return torch.zeros(batch, width, dtype=torch.bool).scatter_(1, words, take)
 
 
 @dataclass
@@ -233,23 +230,23 @@ class DataCollatorForPermutationLM:
         """`(B, L)` bool: the positions to predict (spans of whole words, exact count)."""
         generator = self._random.generator()
         budget = self.budget(real.sum(1), candidates.sum(1))
-        spans, span_id = span_targets(
-            candidates, word_starts, self.mask_alpha / self.mask_beta, self.max_span_length, generator
-        )
+        word_index, word_len = segment_words(candidates, word_starts)
+        ratio = self.mask_alpha / self.mask_beta
+        span = sample_spans((word_len > 0).sum(1), word_len.shape[1], ratio, self.max_span_length, generator)
         # keep whole spans, in a random order, while they fit the budget (as `num_predict` cuts the official walk)
-        num_spans = int(span_id.max()) + 1 if spans.any() else 0
-        if num_spans:
-            safe_id = span_id.clamp(min=0)
-            sizes = torch.zeros(real.shape[0], num_spans, dtype=torch.long).scatter_add_(1, safe_id, spans.long())
+        chosen = span >= 0  # (B, W)
+        if chosen.any():
+            safe = span.clamp(min=0)
+            sizes = torch.zeros(span.shape[0], int(span.max()) + 1, dtype=torch.long)
+            sizes.scatter_add_(1, safe, word_len * chosen)  # (B, S) tokens per span
             order = torch.rand(sizes.shape, generator=generator).argsort(dim=1)  # (B, S) spans in random order
             fits = sizes.gather(1, order).cumsum(1) <= budget[:, None]
-            kept = torch.zeros_like(fits).scatter_(1, order, fits)
-            spans &= kept.gather(1, safe_id)
+            chosen &= torch.zeros_like(fits).scatter_(1, order, fits).gather(1, safe)
         # top up with random whole words (the official code tops up with random single tokens)
-        missing = budget - spans.sum(1)
+        missing = budget - (word_len * chosen).sum(1)
         if bool((missing > 0).any()):
-            spans |= top_up_words(candidates & ~spans, word_starts, missing.clamp(min=0), generator)
-        return spans
+            chosen |= top_up_words(word_len, chosen, missing.clamp(min=0), generator)
+        return candidates & chosen.gather(1, word_index.clamp(min=0))
 
     def permutation_mask(self, real: torch.Tensor, targets: torch.Tensor, functional: torch.Tensor) -> torch.Tensor:
         """`(B, L, L)` bool, True where i may not attend to j, from a random factorisation order.
@@ -262,27 +259,25 @@ class DataCollatorForPermutationLM:
         """
         generator = self._random.generator()
         batch, length = real.shape
-        ordered = real & (targets | functional)
-        offset = (~real).long().sum(1, keepdim=True)  # left padding: the first real token's position
-        real_index = (torch.arange(length)[None, :] - offset).clamp(min=0)  # (B, L) index among real tokens
-        group = (real_index >= self.reuse_len).long() if self.reuse_len else torch.zeros_like(real_index)
-        group_start = group * self.reuse_len
         perm_size = min(self.perm_size or length, length)
-        within = real_index - group_start
-        block, slot = within // perm_size, within % perm_size
         # a random order of the slots, shared by the blocks (`_local_perm`); numpy sorts ~5x faster than torch
         slot_order = np.argsort(torch.rand(batch, perm_size, generator=generator).numpy(), axis=1)
         slot_rank = np.empty_like(slot_order)
         np.put_along_axis(slot_rank, slot_order, np.arange(perm_size)[None, :], axis=1)  # (B, perm_size)
-        rank = block * perm_size + torch.from_numpy(slot_rank).gather(1, slot)  # distinct within a group
+        # (B, L) integer work in numpy: a few dozen small torch ops cost more in dispatch than in compute here
+        real, functional = real.numpy(), functional.numpy()
+        ordered = real & (targets.numpy() | functional)
+        offset = length - real.sum(1, keepdims=True)  # left padding: the first real token's position
+        real_index = np.maximum(np.arange(length)[None, :] - offset, 0)  # (B, L) index among real tokens
+        group = (real_index >= self.reuse_len) if self.reuse_len else np.zeros_like(real)
+        block, slot = np.divmod(real_index - group * self.reuse_len, perm_size)
+        rank = block * perm_size + np.take_along_axis(slot_rank, slot, axis=1)  # distinct within a group
+        top = 2 * (length + perm_size + 2)  # above every key: padding's key
+        dtype = np.int16 if top < np.iinfo(np.int16).max else np.int32  # numpy compares int16 fastest
         base = group * (length + perm_size + 2)
-        key = torch.where(ordered, base + 1 + rank, base)
-        query = torch.where(ordered, key + functional.long(), base + 1)
-        query = torch.where(real, query, 1)
-        key = torch.where(real, key, 2 * (length + perm_size + 2))  # padding: above every query
-        # the (B, L, L) comparison is the collator's main cost: numpy's on int16 is several times faster than torch's
-        small = np.int16 if 2 * (length + perm_size + 2) < np.iinfo(np.int16).max else np.int32
-        key, query = key.numpy().astype(small), query.numpy().astype(small)
+        key = np.where(ordered, base + 1 + rank, base)
+        query = np.where(real, np.where(ordered, key + functional, base + 1), 1).astype(dtype)
+        key = np.where(real, key, top).astype(dtype)
         return torch.from_numpy(key[:, None, :] >= query[:, :, None])  # (B, L, L)
 
     def targets_to_rows(self, input_ids: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
