@@ -150,3 +150,11 @@ def test_pass_through_keys_and_padding(bert_tokenizer):
     assert batch["token_type_ids"][0].tolist() == [0, 0, 0, 0, 1, 1, 0, 0]
     assert batch["next_sentence_label"].tolist() == [1, 0]
     assert set(batch) == {"input_ids", "attention_mask", "token_type_ids", "next_sentence_label", "labels"}
+
+
+def test_whole_words_when_a_row_starts_mid_word(bert_tokenizer):
+    features = [{"input_ids": [40, 41, 42, 43, 44, 45, 46, 47], "word_starts": [0, 0, 1, 0, 1, 1, 0, 1]}] * 4
+    batch = DataCollatorForMaskedLM(bert_tokenizer, whole_word_mask=True, mlm_probability=0.5, seed=0)(features)
+    chosen = batch["labels"].ne(-100)
+    assert chosen.sum(1).tolist() == [4, 4, 4, 4]
+    assert (chosen[:, 0] == chosen[:, 1]).all() and (chosen[:, 2] == chosen[:, 3]).all()

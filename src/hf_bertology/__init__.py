@@ -7,11 +7,12 @@ model = recipe.build_model()
 collator = recipe.build_collator(tokenizer)
 """
 
-from .collators import DataCollatorForMaskedLM, DataCollatorForSpanMasking
+from .collators import DataCollatorForMaskedLM, DataCollatorForPermutationLM, DataCollatorForSpanMasking
 from .models.albert import BertologyAlbertConfig, BertologyAlbertForPreTraining
 from .models.bert import BertologyBertConfig, BertologyBertForPreTraining
 from .models.roberta import BertologyRobertaConfig, BertologyRobertaForPreTraining
 from .models.spanbert import BertologySpanBertConfig, BertologySpanBertForPreTraining
+from .models.xlnet import BertologyXLNetConfig, BertologyXLNetForPreTraining
 from .recipes import PRESETS, VARIANTS, Recipe, get_recipe, list_recipes
 from .utils import BertologyError
 
@@ -31,6 +32,9 @@ __all__ = [
     "BertologySpanBertForPreTraining",
     "DataCollatorForMaskedLM",
     "DataCollatorForSpanMasking",
+    "BertologyXLNetConfig",
+    "BertologyXLNetForPreTraining",
+    "DataCollatorForPermutationLM",
     "Recipe",
     "get_recipe",
     "list_recipes",

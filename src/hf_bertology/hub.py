@@ -66,6 +66,8 @@ OBJECTIVES = {
     "roberta": "masked LM with dynamic masking (exact count, 80/10/10), FULL-SENTENCES blocks, no NSP",
     "spanbert": "geometric span masking over whole words (15%, 80/10/10 per span) + span boundary objective, no NSP",
     "albert": "n-gram masked LM over whole words (n <= 3, 15%, 80/10/10) + sentence-order prediction",
+    "xlnet": "permutation LM (two-stream attention): 1/6 of the tokens, in whole-word spans, predicted in a random "
+    "factorisation order; memory of the previous segment",
 }
 
 

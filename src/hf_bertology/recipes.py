@@ -20,12 +20,13 @@ from typing import Any
 
 from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
-from .collators import DataCollatorForMaskedLM, DataCollatorForSpanMasking
+from .collators import DataCollatorForMaskedLM, DataCollatorForPermutationLM, DataCollatorForSpanMasking
 from .data.vocab import train_tokenizer
 from .models.albert import BertologyAlbertConfig, BertologyAlbertForPreTraining
 from .models.bert import BertologyBertConfig, BertologyBertForPreTraining
 from .models.roberta import BertologyRobertaConfig, BertologyRobertaForPreTraining
 from .models.spanbert import BertologySpanBertConfig, BertologySpanBertForPreTraining
+from .models.xlnet import BertologyXLNetConfig, BertologyXLNetForPreTraining
 from .utils import BertologyError
 
 
@@ -40,6 +41,7 @@ class Variant:
     tokenizer_type: str  # "wordpiece" | "bpe" | "unigram"
     tokenizer_class: str | None = None  # transformers class name when the family default is not right
     plain_auto_class: str = "AutoModelForPreTraining"  # the plain-transformers class that loads the checkpoint
+    trainer_class: str = "trainer.BertologyTrainer"  # module.Class under hf_bertology.training (no upward import)
 
 
 VARIANTS: dict[str, Variant] = {
@@ -62,6 +64,15 @@ VARIANTS: dict[str, Variant] = {
     ),
     "albert": Variant(
         "albert", BertologyAlbertConfig, BertologyAlbertForPreTraining, DataCollatorForSpanMasking, "unigram"
+    ),
+    "xlnet": Variant(
+        "xlnet",
+        BertologyXLNetConfig,
+        BertologyXLNetForPreTraining,
+        DataCollatorForPermutationLM,
+        "unigram",
+        tokenizer_class="XLNetTokenizer",
+        trainer_class="xlnet_trainer.XLNetTrainer",
     ),
 }
 
@@ -155,6 +166,35 @@ def _preset(variant: str, size: str, config: dict | None = None, training: dict 
     }
 
 
+# XLNet: Yang et al. (paper, Large: batch 8192, 500k steps, lr 4e-4, warmup 40k, linear decay, Adam eps 1e-6, wd 0.01)
+# and zihangdai/xlnet (clip 1.0) (RECIPES.md §6). The paper gives one schedule; base reuses it.
+XLNET_TRAINING = {
+    "learning_rate": 4e-4,
+    "adam_beta1": 0.9,
+    "adam_beta2": 0.999,
+    "adam_epsilon": 1e-6,
+    "weight_decay": 0.01,
+    "warmup_steps": 40_000,
+    "max_steps": 500_000,
+    "per_device_train_batch_size": 8192,
+    "lr_scheduler_type": "linear",
+    "max_grad_norm": 1.0,
+}
+# The official SentencePiece ids: <unk> 0, <s> 1, </s> 2, <cls> 3, <sep> 4, <pad> 5, <mask> 6, <eod> 7, <eop> 8.
+XLNET_SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<cls>", "<sep>", "<pad>", "<mask>", "<eod>", "<eop>"]
+XLNET_TOKENIZER = {
+    "vocab": [(token, 0.0) for token in XLNET_SPECIAL_TOKENS],
+    "additional_special_tokens": ["<eod>", "<eop>"],
+}
+
+
+def _xlnet_preset(size: str, seq_len: int, **config) -> dict:
+    """XLNet with the README's proportions: reuse = perm = seq/2, mem = 3/4 seq (384 of 512), 1/6 predicted."""
+    objective = {"reuse_len": seq_len // 2, "perm_size": seq_len // 2, "mem_len": seq_len * 3 // 4, **config}
+    data = {} if size in SMALL_DATA else {"vocab_size": 32000, "max_seq_length": seq_len}
+    return {**_preset("xlnet", size, objective, XLNET_TRAINING, **data), "tokenizer": XLNET_TOKENIZER}
+
+
 PRESETS: dict[str, dict[str, Any]] = {
     "bert-base": _preset("bert", "base", training=BERT_TRAINING, vocab_size=30522, max_seq_length=128),
     "bert-large": _preset("bert", "large", training=BERT_TRAINING, vocab_size=30522, max_seq_length=128),
@@ -205,6 +245,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     "albert-mini": _preset("albert", "mini", ALBERT_ARCH, ALBERT_TRAINING),
     "albert-tiny": _preset("albert", "tiny", {**ALBERT_ARCH, "embedding_size": 16}, ALBERT_TRAINING),
+    # XLNet-base/large: seq 512, reuse 256, perm 256, mem 384, 85 targets (README, xlnet #59); cased 32k Unigram.
+    "xlnet-base": _xlnet_preset("base", 512, num_predict=85),
+    "xlnet-large": _xlnet_preset("large", 512, num_predict=85),
+    # Small sizes: the same proportions at their lengths; the number of targets follows the length (1/6).
+    "xlnet-mini": _xlnet_preset("mini", SMALL_DATA["mini"]["max_seq_length"], num_predict=None),
+    "xlnet-tiny": _xlnet_preset("tiny", SMALL_DATA["tiny"]["max_seq_length"], num_predict=None),
 }
 
 

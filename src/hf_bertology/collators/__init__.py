@@ -1,5 +1,6 @@
 from .base import pad_features
 from .masking import DataCollatorForMaskedLM
+from .permutation import DataCollatorForPermutationLM
 from .spans import DataCollatorForSpanMasking
 
-__all__ = ["DataCollatorForMaskedLM", "DataCollatorForSpanMasking", "pad_features"]
+__all__ = ["DataCollatorForMaskedLM", "DataCollatorForPermutationLM", "DataCollatorForSpanMasking", "pad_features"]

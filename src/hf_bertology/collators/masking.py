@@ -39,6 +39,7 @@ def choose_whole_words(
     batch, length = candidates.shape
     starts = word_starts | ~candidates
     starts[:, 1:] |= ~candidates[:, :-1]  # a word never continues across a special token or padding
+    starts[:, 0] = True  # a row may begin mid-word (a block cut from a long sentence)
     word_id = starts.long().cumsum(1) - 1  # (B, L) index of each token's word
     word_len = torch.zeros(batch, length, dtype=torch.long).scatter_add_(1, word_id, candidates.long())
     scores = torch.rand(batch, length, generator=generator)

@@ -21,6 +21,7 @@ from .packing import pack_sentences
 from .pairs import build_nsp_pairs, build_sop_pairs
 from .tokenize import tokenize_corpus
 from .vocab import train_tokenizer
+from .xlnet import build_xlnet_segments
 
 
 def _full_sentences(tokenized, tokenizer, config, max_seq_length, seed, num_proc):
@@ -55,12 +56,18 @@ def _sop_pairs(tokenized, tokenizer, config, max_seq_length, seed, num_proc):
     )
 
 
+def _xlnet_segments(tokenized, tokenizer, config, max_seq_length, seed, num_proc):
+    reuse_len = getattr(config, "reuse_len", None) or 0
+    return build_xlnet_segments(tokenized, tokenizer, max_seq_length, reuse_len, seed=seed, num_proc=num_proc)
+
+
 # input_format -> builder(tokenized, tokenizer, config, max_seq_length, seed, num_proc)
 INPUT_FORMATS: dict[str, Callable] = {
     "full_sentences": _full_sentences,
     "doc_sentences": _doc_sentences,
     "nsp_pairs": _nsp_pairs,
     "sop_pairs": _sop_pairs,
+    "xlnet_segments": _xlnet_segments,
 }
 
 
@@ -84,6 +91,7 @@ __all__ = [
     "build_nsp_pairs",
     "build_sop_pairs",
     "build_pretraining_dataset",
+    "build_xlnet_segments",
     "expand_paths",
     "load_corpus",
     "pack_sentences",

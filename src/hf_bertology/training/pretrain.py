@@ -13,6 +13,7 @@ examples (the recipe's input format) -> collator -> Trainer -> Hub-format folder
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -28,7 +29,6 @@ from ..data import build_pretraining_dataset, load_corpus, tokenize_corpus
 from ..hub import save_folder, write_model_card
 from ..recipes import VARIANTS, Recipe, get_recipe, list_recipes
 from ..utils import BertologyError, logger, set_verbosity
-from .trainer import BertologyTrainer
 
 
 @dataclass
@@ -196,6 +196,12 @@ def check_lengths(config, max_seq_length: int) -> None:
         )
 
 
+def trainer_class(name: str) -> type:
+    """The Trainer class a variant names (`module.Class` under `hf_bertology.training`)."""
+    module, _, attribute = name.rpartition(".")
+    return getattr(importlib.import_module(f"{__package__}.{module}"), attribute)
+
+
 def describe_corpus(data_args: DataArguments) -> str:
     if data_args.train_file:
         return ", ".join(f"`{Path(f).name}`" for f in data_args.train_file)
@@ -293,7 +299,7 @@ def main(argv: list[str] | None = None) -> dict:
         eval_dataset = eval_dataset.select(range(min(data_args.max_eval_samples, len(eval_dataset))))
 
     # -- training -------------------------------------------------------------------------------------------
-    trainer = BertologyTrainer(
+    trainer = trainer_class(recipe.spec.trainer_class)(
         model=model,
         args=training_args,
         train_dataset=train_dataset,

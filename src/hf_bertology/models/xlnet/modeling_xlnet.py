@@ -1,0 +1,127 @@
+"""XLNet pretraining: permutation language modelling with two-stream attention and partial prediction.
+
+Parameter names are exactly those of `transformers.XLNetLMHeadModel` (`transformer.*`, `lm_loss.*`, with
+`lm_loss.weight` tied to `transformer.word_embedding.weight`), so `AutoModelForPreTraining` /
+`AutoModelForCausalLM` / `AutoModel` load our checkpoints with plain `transformers`. The backbone is
+`transformers.XLNetModel` unchanged: it runs the content and query streams (`perm_mask`, `target_mapping`),
+relative positions and segments, and caches `mems`. We add what pretraining needs (zihangdai/xlnet
+`function_builder.two_stream_loss`): the LM head runs only on the real targets (the `target_mapping` rows whose label
+is not -100), the loss is a sum divided by the Trainer's count of targets, and `mems` are returned whenever memory
+is on, for the Trainer to feed into the next segment (`training/xlnet_trainer.py`).
+
+This file imports only torch, transformers and its own folder (`trust_remote_code=True` works without
+hf_bertology).
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import XLNetModel, XLNetPreTrainedModel
+from transformers.modeling_outputs import ModelOutput
+
+from .configuration_xlnet import BertologyXLNetConfig
+
+
+@dataclass
+class BertologyXLNetForPreTrainingOutput(ModelOutput):
+    """
+    loss: equals `plm_loss` (mean cross-entropy over the targets of the optimizer step).
+    plm_accuracy: share of the targets predicted correctly.
+    logits: `(num_targets, vocab_size)` for the labelled targets when `labels` are given (sparse), else
+        `(batch, num_predict, vocab_size)` (or `(batch, seq_len, vocab_size)` without `target_mapping`).
+    mems: per layer `(mem_len, batch, d_model)`, detached: the memory for the next segment of the same streams.
+    """
+
+    loss: torch.Tensor | None = None
+    plm_loss: torch.Tensor | None = None
+    plm_accuracy: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    mems: tuple[torch.Tensor, ...] | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple | None = None
+
+
+class BertologyXLNetForPreTraining(XLNetPreTrainedModel):
+    config_class = BertologyXLNetConfig
+    _auto_class = "AutoModelForPreTraining"
+    accepts_loss_kwargs = True  # the loss is normalised by `num_items_in_batch`
+    _tied_weights_keys = {"lm_loss.weight": "transformer.word_embedding.weight"}  # as XLNetLMHeadModel
+
+    def __init__(self, config: BertologyXLNetConfig):
+        super().__init__(config)
+        self.transformer = XLNetModel(config)
+        self.lm_loss = nn.Linear(config.d_model, config.vocab_size, bias=True)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_loss
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_loss = new_embeddings
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        mems: tuple[torch.Tensor, ...] | None = None,
+        perm_mask: torch.Tensor | None = None,
+        target_mapping: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        use_mems: bool | None = None,
+        num_items_in_batch: Mapping | torch.Tensor | int | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> BertologyXLNetForPreTrainingOutput:
+        r"""
+        perm_mask (`(batch, seq_len, seq_len)`): 1 where position i may NOT attend to j (XLNetModel's convention).
+        target_mapping (`(batch, num_predict, seq_len)`): one-hot row per target, zero rows for padding.
+        labels (`(batch, num_predict)`): the target tokens in `target_mapping`'s row order, -100 in padded rows.
+        mems: the previous segment's memory (from this model's `mems` output), or None at a stream start.
+        use_mems: return the memory for the next segment; default: in training when `config.mem_len > 0`, and
+            whenever `mems` are given.
+        """
+        if use_mems is None:
+            use_mems = mems is not None or (self.training and bool(self.config.mem_len))
+        outputs = self.transformer(
+            input_ids,
+            attention_mask=attention_mask,
+            mems=mems,
+            perm_mask=perm_mask,
+            target_mapping=target_mapping,
+            token_type_ids=token_type_ids,
+            inputs_embeds=inputs_embeds,
+            use_mems=use_mems,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+            **kwargs,
+        )
+        hidden = outputs.last_hidden_state  # (B, P, d): the query stream at the targets (content stream without)
+        loss = plm_accuracy = None
+        if labels is None:
+            logits = self.lm_loss(hidden)  # (B, P, V)
+        else:
+            predicted = labels.ne(-100)  # (B, P)
+            targets = labels[predicted]  # (M,)
+            logits = self.lm_loss(hidden[predicted])  # (M, V): sparse prediction, padded rows skipped
+            if isinstance(num_items_in_batch, Mapping):
+                num_items_in_batch = num_items_in_batch.get("labels")
+            denominator = predicted.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
+            loss = F.cross_entropy(logits.float(), targets, reduction="sum") / denominator
+            plm_accuracy = (logits.argmax(-1) == targets).float().mean()
+
+        return BertologyXLNetForPreTrainingOutput(
+            loss=loss,
+            plm_loss=loss,
+            plm_accuracy=plm_accuracy,
+            logits=logits,
+            mems=outputs.mems,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
