@@ -8,7 +8,9 @@ collator = recipe.build_collator(tokenizer)
 """
 
 from .collators import DataCollatorForMaskedLM
+from .export import export_electra
 from .models.bert import BertologyBertConfig, BertologyBertForPreTraining
+from .models.electra import BertologyElectraConfig, BertologyElectraForPreTraining
 from .models.roberta import BertologyRobertaConfig, BertologyRobertaForPreTraining
 from .recipes import PRESETS, VARIANTS, Recipe, get_recipe, list_recipes
 from .utils import BertologyError
@@ -20,11 +22,14 @@ __all__ = [
     "VARIANTS",
     "BertologyBertConfig",
     "BertologyBertForPreTraining",
+    "BertologyElectraConfig",
+    "BertologyElectraForPreTraining",
     "BertologyError",
     "BertologyRobertaConfig",
     "BertologyRobertaForPreTraining",
     "DataCollatorForMaskedLM",
     "Recipe",
+    "export_electra",
     "get_recipe",
     "list_recipes",
 ]

@@ -64,6 +64,8 @@ model = {auto_class}.from_pretrained("{path}", trust_remote_code=True)
 OBJECTIVES = {
     "bert": "masked LM (exact count, 80/10/10) + next-sentence prediction",
     "roberta": "masked LM with dynamic masking (exact count, 80/10/10), FULL-SENTENCES blocks, no NSP",
+    "electra": "replaced-token detection: generator MLM (exact count, 85% [MASK] / 15% kept) + 50 x discriminator "
+    "BCE over all tokens on Gumbel-sampled replacements, shared embeddings",
 }
 
 
