@@ -119,6 +119,16 @@ class BertologyElectraConfig(ElectraConfig):
         self.two_stage_generator_steps = two_stage_generator_steps
         self.input_format = input_format
         super().__init__(**kwargs)
+        if (
+            two_stage_generator_steps is not None
+            and generator_config(self).to_dict() != discriminator_config(self).to_dict()
+        ):
+            raise ValueError(
+                "two-stage training initialises the discriminator from the generator, whose FFN is 4 x hidden and "
+                f"whose heads are max(1, hidden // 64): set intermediate_size={4 * self.hidden_size} and "
+                f"num_attention_heads={max(1, self.hidden_size // 64)} (got {self.intermediate_size} and "
+                f"{self.num_attention_heads})"
+            )
 
 
 def discriminator_config(config: ElectraConfig) -> ElectraConfig:

@@ -143,10 +143,13 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
         already shared); `False` only freezes (resuming from a checkpoint taken after the switch). The shared
         embeddings stay trainable: they are the discriminator's input layer.
         """
-        if self.generator.config.hidden_size != self.config.hidden_size:
+        sizes = ("hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers")
+        generator_sizes = [getattr(self.generator.config, name) for name in sizes]
+        discriminator_sizes = [getattr(self.config, name) for name in sizes]
+        if generator_sizes != discriminator_sizes:
             raise ValueError(
                 "two-stage training initialises the discriminator from the generator, so both must have the same "
-                f"size (generator {self.generator.config.hidden_size}, discriminator {self.config.hidden_size}): "
+                f"size ({', '.join(sizes)}: generator {generator_sizes}, discriminator {discriminator_sizes}); "
                 "set generator_hidden_fraction=1.0"
             )
         if initialize:
