@@ -97,12 +97,14 @@ def _denominator(num_items_in_batch, key: str, local_count: torch.Tensor, local_
 def gumbel_sample(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Token ids drawn from `softmax(logits / temperature)` by Gumbel-max, in fp32 (`sample_from_softmax`).
 
-    fp32 because Gumbel noise in half precision is biased (pytorch #41663); the 1e-9 keep `log` finite.
+    fp32 because Gumbel noise in half precision is biased (pytorch #41663); the 1e-9 keep `log` finite, as in the
+    official code. `argmax(l / T + g) == argmax(l + T * g)`; the noise is built in place (it is (M, vocab) large).
     """
-    logits = logits.detach().float() / temperature
-    uniform = torch.rand(logits.shape, device=logits.device, dtype=torch.float32)
-    gumbel = -torch.log(-torch.log(uniform + 1e-9) + 1e-9)
-    return (logits + gumbel).argmax(-1)
+    noise = torch.rand(logits.shape, device=logits.device, dtype=torch.float32)
+    noise.add_(1e-9).log_().neg_().add_(1e-9).log_().neg_()  # Gumbel(0, 1) = -log(-log(U))
+    if temperature != 1.0:
+        noise.mul_(temperature)
+    return noise.add_(logits.detach().float()).argmax(-1)
 
 
 class BertologyElectraForPreTraining(ElectraPreTrainedModel):
