@@ -449,3 +449,51 @@ def test_plain_transformers_loads_every_part(tmp_path):
     assert result["disc"] == ["ElectraForPreTraining", [], []]
     assert result["gen"] == ["ElectraForMaskedLM", [], []] and result["gen_tied"]
     assert torch.allclose(torch.tensor(result["gen_logits"]), generator_logits, atol=1e-5)
+
+
+# -- examples -----------------------------------------------------------------------------------------------------
+
+
+def test_electra_segments_follow_build_pretraining_dataset():
+    """One or two segments of one document, cut to max length; ~10% single-segment; documents never crossed."""
+    import datasets
+
+    from hf_bertology.data import build_pretraining_dataset
+
+    gen = torch.Generator().manual_seed(0)
+    docs = []
+    for doc in range(400):
+        token = 10 + doc % 50  # every token of a document is the same id: a crossed boundary would show
+        sentences = [
+            [token] * int(n)
+            for n in torch.randint(3, 30, (int(torch.randint(1, 20, (1,), generator=gen)),), generator=gen)
+        ]
+        docs.append({"input_ids": sentences, "word_starts": [[1] * len(s) for s in sentences]})
+    tokenized = datasets.Dataset.from_list(docs)
+    tok = SimpleNamespace(cls_token_id=2, sep_token_id=3)
+    config = BertologyElectraConfig(**TINY)
+    assert config.input_format == "electra_segments"
+    examples = build_pretraining_dataset(tokenized, tok, config, max_seq_length=64, seed=0)
+    single = 0
+    for example in examples:
+        ids, types = example["input_ids"], example["token_type_ids"]
+        assert len(ids) <= 64 and len(types) == len(ids) == len(example["word_starts"])
+        assert ids[0] == 2 and ids[-1] == 3
+        assert len({t for t in ids if t > 3}) == 1  # one document only
+        n_a = types.count(0)
+        assert types == [0] * n_a + [1] * (len(types) - n_a)
+        assert ids[n_a - 1] == 3  # [CLS] A [SEP] (B [SEP])
+        single += n_a == len(ids)
+    assert len(examples) > 300 and single > 0
+
+    # The split itself: 10% single segment; otherwise A takes about (target - 3) // 2 tokens.
+    import random
+
+    from hf_bertology.data.segments import split_segments
+
+    rng = random.Random(0)
+    sentences = [([7] * 10, [1] * 10)] * 8
+    splits = [split_segments(sentences, 128, 128, rng) for _ in range(4000)]
+    single_share = sum(not b for _, _, b, _ in splits) / len(splits)
+    assert abs(single_share - 0.1) < 0.015  # 3 sigma at n = 4000
+    assert {len(a) for a, _, b, _ in splits if b} <= {60, 70}  # under 62, or one sentence over with p = 0.5

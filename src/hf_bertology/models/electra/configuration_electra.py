@@ -63,8 +63,9 @@ class BertologyElectraConfig(ElectraConfig):
             Two-stage training (paper §3.2): train the generator alone for this many optimizer steps, then
             initialise the discriminator from it and train the discriminator with the generator frozen. Needs
             `generator_hidden_fraction=1.0`. `None` (default): joint training.
-        input_format (`str`, defaults to `"doc_sentences"`):
-            Sentences packed up to the maximum length, never crossing documents (build_pretraining_dataset.py).
+        input_format (`str`, defaults to `"electra_segments"`):
+            Sentences of one document packed up to the maximum length, as one segment (10%) or two (no NSP), with
+            5% random-length examples (build_pretraining_dataset.py; `hf_bertology.data.segments`).
     """
 
     def __init__(
@@ -80,7 +81,7 @@ class BertologyElectraConfig(ElectraConfig):
         sampling_temperature: float = 1.0,
         disallow_correct: bool = False,
         two_stage_generator_steps: int | None = None,
-        input_format: str = "doc_sentences",
+        input_format: str = "electra_segments",
         **kwargs,
     ):
         if not 0.0 < generator_hidden_fraction <= 1.0:
