@@ -103,7 +103,8 @@ def test_shared_embeddings_are_one_parameter_before_and_after_save_load(tmp_path
     for name, (disc, gen) in shared_pointers(model).items():
         assert disc == gen, name
     model.save_pretrained(tmp_path)
-    loaded = BertologyElectraForPreTraining.from_pretrained(tmp_path)
+    loaded, info = BertologyElectraForPreTraining.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
     for name, (disc, gen) in shared_pointers(loaded).items():
         assert disc == gen, name
     for (name, a), b in zip(model.state_dict().items(), loaded.state_dict().values()):
