@@ -8,8 +8,10 @@ collator = recipe.build_collator(tokenizer)
 """
 
 from .collators import DataCollatorForMaskedLM, DataCollatorForPermutationLM, DataCollatorForSpanMasking
+from .export import export_electra
 from .models.albert import BertologyAlbertConfig, BertologyAlbertForPreTraining
 from .models.bert import BertologyBertConfig, BertologyBertForPreTraining
+from .models.electra import BertologyElectraConfig, BertologyElectraForPreTraining
 from .models.roberta import BertologyRobertaConfig, BertologyRobertaForPreTraining
 from .models.spanbert import BertologySpanBertConfig, BertologySpanBertForPreTraining
 from .models.xlnet import BertologyXLNetConfig, BertologyXLNetForPreTraining
@@ -25,6 +27,8 @@ __all__ = [
     "BertologyAlbertForPreTraining",
     "BertologyBertConfig",
     "BertologyBertForPreTraining",
+    "BertologyElectraConfig",
+    "BertologyElectraForPreTraining",
     "BertologyError",
     "BertologyRobertaConfig",
     "BertologyRobertaForPreTraining",
@@ -36,6 +40,7 @@ __all__ = [
     "BertologyXLNetForPreTraining",
     "DataCollatorForPermutationLM",
     "Recipe",
+    "export_electra",
     "get_recipe",
     "list_recipes",
 ]

@@ -68,6 +68,8 @@ OBJECTIVES = {
     "albert": "n-gram masked LM over whole words (n <= 3, 15%, 80/10/10) + sentence-order prediction",
     "xlnet": "permutation LM (two-stream attention): 1/6 of the tokens, in whole-word spans, predicted in a random "
     "factorisation order; memory of the previous segment",
+    "electra": "replaced-token detection: generator MLM (exact count, 85% [MASK] / 15% kept) + 50 x discriminator "
+    "BCE over all tokens on Gumbel-sampled replacements, shared embeddings",
 }
 
 

@@ -24,6 +24,7 @@ from .collators import DataCollatorForMaskedLM, DataCollatorForPermutationLM, Da
 from .data.vocab import train_tokenizer
 from .models.albert import BertologyAlbertConfig, BertologyAlbertForPreTraining
 from .models.bert import BertologyBertConfig, BertologyBertForPreTraining
+from .models.electra import BertologyElectraConfig, BertologyElectraForPreTraining
 from .models.roberta import BertologyRobertaConfig, BertologyRobertaForPreTraining
 from .models.spanbert import BertologySpanBertConfig, BertologySpanBertForPreTraining
 from .models.xlnet import BertologyXLNetConfig, BertologyXLNetForPreTraining
@@ -73,6 +74,10 @@ VARIANTS: dict[str, Variant] = {
         "unigram",
         tokenizer_class="XLNetTokenizer",
         trainer_class="xlnet_trainer.XLNetTrainer",
+    ),
+    # Plain transformers loads the discriminator (ElectraForPreTraining); `bertology export` writes either network.
+    "electra": Variant(
+        "electra", BertologyElectraConfig, BertologyElectraForPreTraining, DataCollatorForMaskedLM, "wordpiece"
     ),
 }
 
@@ -195,6 +200,26 @@ def _xlnet_preset(size: str, seq_len: int, **config) -> dict:
     return {**_preset("xlnet", size, objective, XLNET_TRAINING, **data), "tokenizer": XLNET_TOKENIZER}
 
 
+# ELECTRA: google-research/electra configure_pretraining.py and Table 6 of Clark et al. (RECIPES.md §5): AdamW
+# β=(0.9, 0.999), ε 1e-6, wd 0.01, clip 1.0, linear decay, 10k warmup; lr/batch/steps per size below.
+ELECTRA_TRAINING = {
+    "adam_beta1": 0.9,
+    "adam_beta2": 0.999,
+    "adam_epsilon": 1e-6,
+    "weight_decay": 0.01,
+    "warmup_steps": 10_000,
+    "lr_scheduler_type": "linear",
+    "max_grad_norm": 1.0,
+}
+# Discriminator sizes (util/training_utils.py): heads = H/64, FFN = 4H; E = 128 for small, E = H otherwise.
+ELECTRA_SMALL = {"num_hidden_layers": 12, "hidden_size": 256, "num_attention_heads": 4, "intermediate_size": 1024}
+
+
+def electra_max_predictions(mask_prob: float, max_seq_length: int) -> int:
+    """`int((mask_prob + 0.005) * max_seq_length)` (configure_pretraining.py): 19 @128, 79 @512, 130 @512/0.25."""
+    return int((mask_prob + 0.005) * max_seq_length)
+
+
 PRESETS: dict[str, dict[str, Any]] = {
     "bert-base": _preset("bert", "base", training=BERT_TRAINING, vocab_size=30522, max_seq_length=128),
     "bert-large": _preset("bert", "large", training=BERT_TRAINING, vocab_size=30522, max_seq_length=128),
@@ -251,6 +276,55 @@ PRESETS: dict[str, dict[str, Any]] = {
     # Small sizes: the same proportions at their lengths; the number of targets follows the length (1/6).
     "xlnet-mini": _xlnet_preset("mini", SMALL_DATA["mini"]["max_seq_length"], num_predict=None),
     "xlnet-tiny": _xlnet_preset("tiny", SMALL_DATA["tiny"]["max_seq_length"], num_predict=None),
+    # ELECTRA (Table 6): generator 1/4, 1/3, 1/4 of the discriminator; mask 15/15/25%; uncased WordPiece 30522.
+    "electra-small": _preset(
+        "electra",
+        "base",
+        {**ELECTRA_SMALL, "embedding_size": 128, "max_predictions_per_seq": electra_max_predictions(0.15, 128)},
+        {**ELECTRA_TRAINING, "learning_rate": 5e-4, "per_device_train_batch_size": 128, "max_steps": 1_000_000},
+        vocab_size=30522,
+        max_seq_length=128,
+    ),
+    "electra-base": _preset(
+        "electra",
+        "base",
+        {
+            "embedding_size": 768,
+            "generator_hidden_fraction": 1 / 3,
+            "max_predictions_per_seq": electra_max_predictions(0.15, 512),
+        },
+        {**ELECTRA_TRAINING, "learning_rate": 2e-4, "per_device_train_batch_size": 256, "max_steps": 766_000},
+        vocab_size=30522,
+        max_seq_length=512,
+    ),
+    "electra-large": _preset(
+        "electra",
+        "large",
+        {
+            "embedding_size": 1024,
+            "mlm_probability": 0.25,
+            "max_predictions_per_seq": electra_max_predictions(0.25, 512),
+        },
+        {**ELECTRA_TRAINING, "learning_rate": 2e-4, "per_device_train_batch_size": 2048, "max_steps": 400_000},
+        vocab_size=30522,
+        max_seq_length=512,
+    ),
+    "electra-mini": _preset(
+        "electra",
+        "mini",
+        {"embedding_size": 128, "max_predictions_per_seq": electra_max_predictions(0.15, 128)},
+        ELECTRA_TRAINING,
+    ),
+    "electra-tiny": _preset(
+        "electra",
+        "tiny",
+        {
+            "embedding_size": 32,
+            "max_position_embeddings": 64,
+            "max_predictions_per_seq": electra_max_predictions(0.15, 64),
+        },
+        ELECTRA_TRAINING,
+    ),
 }
 
 

@@ -19,6 +19,7 @@ from ..utils import BertologyError
 from .corpus import expand_paths, load_corpus, read_documents, split_sentences
 from .packing import pack_sentences
 from .pairs import build_nsp_pairs, build_sop_pairs
+from .segments import build_electra_segments
 from .tokenize import tokenize_corpus
 from .vocab import train_tokenizer
 from .xlnet import build_xlnet_segments
@@ -61,6 +62,10 @@ def _xlnet_segments(tokenized, tokenizer, config, max_seq_length, seed, num_proc
     return build_xlnet_segments(tokenized, tokenizer, max_seq_length, reuse_len, seed=seed, num_proc=num_proc)
 
 
+def _electra_segments(tokenized, tokenizer, config, max_seq_length, seed, num_proc):
+    return build_electra_segments(tokenized, tokenizer, max_seq_length, seed=seed, num_proc=num_proc)
+
+
 # input_format -> builder(tokenized, tokenizer, config, max_seq_length, seed, num_proc)
 INPUT_FORMATS: dict[str, Callable] = {
     "full_sentences": _full_sentences,
@@ -68,6 +73,7 @@ INPUT_FORMATS: dict[str, Callable] = {
     "nsp_pairs": _nsp_pairs,
     "sop_pairs": _sop_pairs,
     "xlnet_segments": _xlnet_segments,
+    "electra_segments": _electra_segments,
 }
 
 
@@ -88,6 +94,7 @@ def build_pretraining_dataset(
 
 __all__ = [
     "INPUT_FORMATS",
+    "build_electra_segments",
     "build_nsp_pairs",
     "build_sop_pairs",
     "build_pretraining_dataset",

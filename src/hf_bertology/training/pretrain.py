@@ -29,6 +29,7 @@ from ..data import build_pretraining_dataset, load_corpus, tokenize_corpus
 from ..hub import save_folder, write_model_card
 from ..recipes import VARIANTS, Recipe, get_recipe, list_recipes
 from ..utils import BertologyError, logger, set_verbosity
+from .callbacks import callbacks_for
 
 
 @dataclass
@@ -306,6 +307,7 @@ def main(argv: list[str] | None = None) -> dict:
         eval_dataset=eval_dataset,
         data_collator=collator,
         processing_class=tokenizer,
+        callbacks=callbacks_for(model),
     )
     metrics: dict = {}
     if training_args.do_train or not training_args.do_eval:

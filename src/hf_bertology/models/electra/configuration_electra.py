@@ -1,0 +1,153 @@
+"""ELECTRA's pretraining recipe as a `transformers.ElectraConfig` (Clark et al., 2020; google-research/electra).
+
+The architecture fields are the **discriminator's**, with `ElectraConfig`'s `model_type` ("electra") kept, so plain
+`transformers` reads the saved `config.json` and builds the discriminator from it. The generator is not stored as
+a nested config: it is derived from the discriminator's fields and `generator_hidden_fraction`, as the official
+`get_generator_config` (run_pretraining.py) does:
+
+    hidden = round(discriminator hidden * generator_hidden_fraction), FFN = 4 * hidden,
+    heads = max(1, hidden // 64), same depth, same embedding size, vocabulary, positions and token types.
+
+`generator_config(config)` returns that as a plain `ElectraConfig` (what `ElectraForMaskedLM` is built from, and
+what `bertology export --electra-part generator` writes). The other extra fields are the objective's: masking for
+the generator input (85% [MASK] / 15% kept / no random tokens), loss weights, sampling temperature, two-stage
+training.
+"""
+
+from transformers import ElectraConfig
+
+# Fields that describe the objective, not the network: dropped from the exported vanilla configs.
+RECIPE_FIELDS = (
+    "generator_hidden_fraction",
+    "mlm_probability",
+    "max_predictions_per_seq",
+    "mask_replace_prob",
+    "random_replace_prob",
+    "whole_word_mask",
+    "generator_weight",
+    "discriminator_weight",
+    "sampling_temperature",
+    "disallow_correct",
+    "two_stage_generator_steps",
+    "input_format",
+)
+
+
+class BertologyElectraConfig(ElectraConfig):
+    r"""
+    Args (in addition to [`~transformers.ElectraConfig`]'s, which describe the discriminator; defaults are
+    ELECTRA-Small's and the official `configure_pretraining.py`'s):
+        generator_hidden_fraction (`float`, defaults to 0.25):
+            Generator hidden size as a fraction of the discriminator's (official `generator_hidden_size`): 1/4 for
+            small and large, 1/3 for base; 1.0 for a same-size generator (Small++, two-stage training).
+        mlm_probability (`float`, defaults to 0.15):
+            Share of the tokens the generator predicts (`mask_prob`; 0.25 for large).
+        max_predictions_per_seq (`int`, *optional*, defaults to 19):
+            Cap on predictions per sequence, `int((mask_prob + 0.005) * max_seq_length)` officially (19 at 128, 79 at
+            512, 130 at 512 with 0.25). `None` means no cap.
+        mask_replace_prob (`float`, defaults to 0.85):
+            Share of the chosen positions the generator sees as `[MASK]` (pretrain_helpers.mask); the rest keep
+            their token.
+        random_replace_prob (`float`, defaults to 0.0):
+            ELECTRA's masking draws no random tokens.
+        whole_word_mask (`bool`, defaults to `False`).
+        generator_weight (`float`, defaults to 1.0):
+            Weight of the generator's MLM loss (`gen_weight`).
+        discriminator_weight (`float`, defaults to 50.0):
+            Weight λ of the replaced-token-detection loss (`disc_weight`).
+        sampling_temperature (`float`, defaults to 1.0):
+            Sampling temperature of the generator's softmax.
+        disallow_correct (`bool`, defaults to `False`):
+            Never sample the original token (official option, off in the released recipe).
+        two_stage_generator_steps (`int`, *optional*):
+            Two-stage training (paper §3.2): train the generator alone for this many optimizer steps, then
+            initialise the discriminator from it and train the discriminator with the generator frozen. Needs
+            `generator_hidden_fraction=1.0`. `None` (default): joint training.
+        input_format (`str`, defaults to `"electra_segments"`):
+            Sentences of one document packed up to the maximum length, as one segment (10%) or two (no NSP), with
+            5% random-length examples (build_pretraining_dataset.py; `hf_bertology.data.segments`).
+    """
+
+    def __init__(
+        self,
+        generator_hidden_fraction: float = 0.25,
+        mlm_probability: float = 0.15,
+        max_predictions_per_seq: int | None = 19,
+        mask_replace_prob: float = 0.85,
+        random_replace_prob: float = 0.0,
+        whole_word_mask: bool = False,
+        generator_weight: float = 1.0,
+        discriminator_weight: float = 50.0,
+        sampling_temperature: float = 1.0,
+        disallow_correct: bool = False,
+        two_stage_generator_steps: int | None = None,
+        input_format: str = "electra_segments",
+        **kwargs,
+    ):
+        if not 0.0 < generator_hidden_fraction <= 1.0:
+            raise ValueError(f"generator_hidden_fraction must be in (0, 1], got {generator_hidden_fraction}")
+        if not 0.0 < mlm_probability < 1.0:
+            raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}")
+        if mask_replace_prob < 0 or random_replace_prob < 0 or mask_replace_prob + random_replace_prob > 1:
+            raise ValueError(
+                "mask_replace_prob and random_replace_prob must be >= 0 and sum to at most 1, "
+                f"got {mask_replace_prob} and {random_replace_prob}"
+            )
+        if max_predictions_per_seq is not None and max_predictions_per_seq < 1:
+            raise ValueError(f"max_predictions_per_seq must be >= 1 or None, got {max_predictions_per_seq}")
+        if generator_weight < 0 or discriminator_weight < 0:
+            raise ValueError("generator_weight and discriminator_weight must be >= 0")
+        if sampling_temperature <= 0:
+            raise ValueError(f"sampling_temperature must be > 0, got {sampling_temperature}")
+        if two_stage_generator_steps is not None:
+            if two_stage_generator_steps < 0:
+                raise ValueError(f"two_stage_generator_steps must be >= 0, got {two_stage_generator_steps}")
+            if generator_hidden_fraction != 1.0:
+                raise ValueError(
+                    "two-stage training initialises the discriminator from the generator, so both must have the "
+                    f"same size: set generator_hidden_fraction=1.0 (got {generator_hidden_fraction})"
+                )
+        self.generator_hidden_fraction = generator_hidden_fraction
+        self.mlm_probability = mlm_probability
+        self.max_predictions_per_seq = max_predictions_per_seq
+        self.mask_replace_prob = mask_replace_prob
+        self.random_replace_prob = random_replace_prob
+        self.whole_word_mask = whole_word_mask
+        self.generator_weight = generator_weight
+        self.discriminator_weight = discriminator_weight
+        self.sampling_temperature = sampling_temperature
+        self.disallow_correct = disallow_correct
+        self.two_stage_generator_steps = two_stage_generator_steps
+        self.input_format = input_format
+        super().__init__(**kwargs)
+        if (
+            two_stage_generator_steps is not None
+            and generator_config(self).to_dict() != discriminator_config(self).to_dict()
+        ):
+            raise ValueError(
+                "two-stage training initialises the discriminator from the generator, whose FFN is 4 x hidden and "
+                f"whose heads are max(1, hidden // 64): set intermediate_size={4 * self.hidden_size} and "
+                f"num_attention_heads={max(1, self.hidden_size // 64)} (got {self.intermediate_size} and "
+                f"{self.num_attention_heads})"
+            )
+
+
+def discriminator_config(config: ElectraConfig) -> ElectraConfig:
+    """The discriminator's architecture as a plain `ElectraConfig` (no recipe fields, no `auto_map`)."""
+    fields = {k: v for k, v in config.to_dict().items() if k not in RECIPE_FIELDS}
+    for key in ("auto_map", "architectures", "model_type", "transformers_version"):
+        fields.pop(key, None)
+    return ElectraConfig(**fields)
+
+
+def generator_config(config: ElectraConfig) -> ElectraConfig:
+    """The generator's architecture derived from the discriminator's (official `get_generator_config`).
+
+    Works on any `ElectraConfig` (a checkpoint loaded through remote code keeps the recipe fields as attributes).
+    """
+    fraction = getattr(config, "generator_hidden_fraction", 0.25)
+    generator = discriminator_config(config)
+    generator.hidden_size = int(round(config.hidden_size * fraction))
+    generator.intermediate_size = 4 * generator.hidden_size
+    generator.num_attention_heads = max(1, generator.hidden_size // 64)
+    return generator

@@ -1,0 +1,257 @@
+"""ELECTRA pretraining: a generator (masked LM) and a discriminator (replaced-token detection), trained jointly.
+
+Follows google-research/electra `run_pretraining.py` (RECIPES.md §5):
+
+1. The collator masks an exact number of positions per sequence: 85% become [MASK], 15% keep their token, none
+   are random (`pretrain_helpers.mask`). The generator predicts the original token at every chosen position; its
+   head runs only on those positions (sparse, as `_get_masked_lm_output` gathers `masked_lm_positions`).
+2. `_get_fake_data`: the input is first **unmasked**, then **every** chosen position (the kept 15% included) gets
+   a token sampled from the generator's softmax by Gumbel-max, in fp32 and without gradient (`tf.stop_gradient`).
+3. The discriminator reads that sequence; a token is labelled "replaced" (1) only where the sample differs from
+   the original. Its loss is sigmoid BCE over every non-pad token, [CLS]/[SEP] included.
+4. `loss = generator_weight * mlm_loss + discriminator_weight * rtd_loss` (1 and 50).
+
+Both networks are `transformers` modules under the names plain `transformers` expects: the discriminator is
+`electra.*` + `discriminator_predictions.*` (`ElectraForPreTraining`'s names, so `AutoModelForPreTraining`,
+`AutoModel` and `AutoModelForSequenceClassification` load it from our checkpoint), the generator an
+`ElectraForMaskedLM` at `generator.*`. Word, position and token-type embeddings and the embedding LayerNorm are the
+same `Parameter`s in both (official: both build `electra/embeddings` with AUTO_REUSE), declared in
+`_tied_weights_keys` so `save_pretrained` writes them once and `from_pretrained` ties them again; the generator's
+output layer uses the same word table. Each network keeps its own `embeddings_project` when its hidden size differs
+from the embedding size.
+
+Losses are sums divided by the Trainer's per-objective counts (`num_items_in_batch["labels"]` for the generator,
+`["attention_mask"]` for the discriminator), so gradient accumulation and DDP give the gradients of one batch.
+
+This file imports only torch, transformers and its own folder (`trust_remote_code=True` works without hf_bertology).
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from transformers import ElectraForMaskedLM, ElectraModel, ElectraPreTrainedModel
+from transformers.modeling_outputs import ModelOutput
+from transformers.models.electra.modeling_electra import ElectraDiscriminatorPredictions
+
+from .configuration_electra import BertologyElectraConfig, generator_config
+
+# Parameters the two networks share (paper §3.2 "tie token embeddings"; official: shared `electra/embeddings`).
+SHARED_EMBEDDINGS = (
+    "embeddings.word_embeddings.weight",
+    "embeddings.position_embeddings.weight",
+    "embeddings.token_type_embeddings.weight",
+    "embeddings.LayerNorm.weight",
+    "embeddings.LayerNorm.bias",
+)
+
+
+@dataclass
+class BertologyElectraForPreTrainingOutput(ModelOutput):
+    """
+    loss: `generator_weight * mlm_loss + discriminator_weight * rtd_loss`.
+    mlm_loss / mlm_accuracy: the generator's masked-LM loss and argmax accuracy at the chosen positions.
+    rtd_loss / rtd_accuracy: the discriminator's sigmoid BCE and accuracy over the non-pad tokens.
+    replaced_fraction: share of the non-pad tokens whose sample differs from the original (label 1).
+    sampled_accuracy: share of the chosen positions where the sample equals the original.
+    prediction_logits: the generator's `(num_masked, vocab_size)` logits at the chosen positions.
+    rtd_logits: `(batch, seq_len)` discriminator logits (> 0 means "replaced").
+    replaced_input_ids: `(batch, seq_len)` the discriminator's input: originals, with samples at chosen positions.
+    rtd_labels: `(batch, seq_len)` 1 where `replaced_input_ids` differs from the original token, else 0.
+    """
+
+    loss: torch.Tensor | None = None
+    mlm_loss: torch.Tensor | None = None
+    rtd_loss: torch.Tensor | None = None
+    mlm_accuracy: torch.Tensor | None = None
+    rtd_accuracy: torch.Tensor | None = None
+    replaced_fraction: torch.Tensor | None = None
+    sampled_accuracy: torch.Tensor | None = None
+    prediction_logits: torch.Tensor | None = None
+    rtd_logits: torch.Tensor | None = None
+    replaced_input_ids: torch.Tensor | None = None
+    rtd_labels: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+def _denominator(num_items_in_batch, key: str, local_count: torch.Tensor, local_tokens: torch.Tensor):
+    """Count that turns a summed loss into the mean over the whole optimizer step.
+
+    `BertologyTrainer` passes a dict of counts per key (summed over accumulated micro-batches and processes). The
+    stock Trainer passes one int (masked tokens); another loss is then weighted by this micro-batch's share of
+    those tokens. Without any count (plain forward) the local count gives the usual mean.
+    """
+    if isinstance(num_items_in_batch, Mapping):
+        if key in num_items_in_batch:
+            return num_items_in_batch[key]
+        num_items_in_batch = num_items_in_batch.get("labels")
+    if num_items_in_batch is None:
+        return local_count.clamp(min=1)
+    if key == "labels":
+        return num_items_in_batch
+    return local_count * num_items_in_batch / local_tokens.clamp(min=1)
+
+
+def gumbel_sample(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Token ids drawn from `softmax(logits / temperature)` by Gumbel-max, in fp32 (`sample_from_softmax`).
+
+    fp32 because Gumbel noise in half precision is biased (pytorch #41663); the 1e-9 keep `log` finite, as in the
+    official code. `argmax(l / T + g) == argmax(l + T * g)`; the noise is built in place (it is (M, vocab) large).
+    """
+    noise = torch.rand(logits.shape, device=logits.device, dtype=torch.float32)
+    noise.add_(1e-9).log_().neg_().add_(1e-9).log_().neg_()  # Gumbel(0, 1) = -log(-log(U))
+    if temperature != 1.0:
+        noise.mul_(temperature)
+    return noise.add_(logits.detach().float()).argmax(-1)
+
+
+class BertologyElectraForPreTraining(ElectraPreTrainedModel):
+    config_class = BertologyElectraConfig
+    _auto_class = "AutoModelForPreTraining"
+    accepts_loss_kwargs = True  # each loss is normalised by its `num_items_in_batch` count
+    # target -> source: the generator's embeddings (and its output layer) are the discriminator's.
+    _tied_weights_keys = {
+        **{f"generator.electra.{name}": f"electra.{name}" for name in SHARED_EMBEDDINGS},
+        "generator.generator_lm_head.weight": "electra.embeddings.word_embeddings.weight",
+    }
+
+    def __init__(self, config: BertologyElectraConfig):
+        if not isinstance(config, BertologyElectraConfig):
+            # e.g. a plain ElectraConfig from AutoConfig under trust_remote_code: recipe fields are attributes.
+            config = BertologyElectraConfig(**config.to_dict())
+        super().__init__(config)
+        self.electra = ElectraModel(config)
+        self.discriminator_predictions = ElectraDiscriminatorPredictions(config)
+        gen_config = generator_config(config)
+        # Tied at this level (to the discriminator's table); ElectraForMaskedLM's own tie would point at a target.
+        gen_config.tie_word_embeddings = False
+        self.generator = ElectraForMaskedLM(gen_config)
+        self.training_stage = "joint" if config.two_stage_generator_steps is None else "generator"
+        self.post_init()  # after every submodule exists: expands the tied keys and ties the shared embeddings
+
+    def get_output_embeddings(self):
+        return self.generator.generator_lm_head
+
+    def set_output_embeddings(self, new_embeddings):
+        self.generator.generator_lm_head = new_embeddings
+
+    # -- two-stage training (paper §3.2) ---------------------------------------------------------------------
+    def start_discriminator_stage(self, initialize: bool = True) -> None:
+        """Switch from training the generator alone to training the discriminator with the generator frozen.
+
+        `initialize=True` copies the generator's transformer weights into the discriminator (the embeddings are
+        already shared); `False` only freezes (resuming from a checkpoint taken after the switch). The shared
+        embeddings stay trainable: they are the discriminator's input layer.
+        """
+        sizes = ("hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers")
+        generator_sizes = [getattr(self.generator.config, name) for name in sizes]
+        discriminator_sizes = [getattr(self.config, name) for name in sizes]
+        if generator_sizes != discriminator_sizes:
+            raise ValueError(
+                "two-stage training initialises the discriminator from the generator, so both must have the same "
+                f"size ({', '.join(sizes)}: generator {generator_sizes}, discriminator {discriminator_sizes}); "
+                "set generator_hidden_fraction=1.0"
+            )
+        if initialize:
+            source = {k: v for k, v in self.generator.electra.state_dict().items() if k not in SHARED_EMBEDDINGS}
+            with torch.no_grad():
+                missing, unexpected = self.electra.load_state_dict(source, strict=False)
+            if unexpected or set(missing) - set(SHARED_EMBEDDINGS):
+                raise ValueError(f"generator and discriminator differ: missing {missing}, unexpected {unexpected}")
+        shared = {id(p) for p in self.electra.embeddings.parameters()}
+        for param in self.generator.parameters():
+            if id(param) not in shared:
+                param.requires_grad_(False)
+        self.training_stage = "discriminator"
+
+    # -- the step ----------------------------------------------------------------------------------------------
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        num_items_in_batch: Mapping | torch.Tensor | int | None = None,
+        **kwargs,
+    ) -> BertologyElectraForPreTrainingOutput:
+        r"""
+        input_ids (`(batch, seq_len)`): the generator's input, `[MASK]` at 85% of the chosen positions.
+        labels (`(batch, seq_len)`): original token ids at the chosen positions, -100 elsewhere. Without labels,
+            only the discriminator runs, on `input_ids` (as `ElectraForPreTraining`).
+        """
+        if labels is None:
+            outputs = self.electra(
+                input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids
+            )
+            return BertologyElectraForPreTrainingOutput(
+                rtd_logits=self.discriminator_predictions(outputs.last_hidden_state)
+            )
+        config = self.config
+        chosen = labels.ne(-100)  # (B, T)
+        targets = labels[chosen]  # (M,)
+        n_chosen = chosen.sum()
+        real = attention_mask.bool() if attention_mask is not None else torch.ones_like(chosen)
+        n_real = real.sum()
+
+        # -- generator: masked LM on the chosen positions only ---------------------------------------------------
+        frozen_generator = self.training_stage == "discriminator"
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen_generator):
+            gen_hidden = self.generator.electra(
+                input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids
+            ).last_hidden_state
+            gen_hidden = self.generator.generator_predictions(gen_hidden[chosen])  # (M, E)
+            prediction_logits = self.generator.generator_lm_head(gen_hidden)  # (M, V)
+        mlm_sum = F.cross_entropy(prediction_logits.float(), targets, reduction="sum")
+        mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", n_chosen, n_chosen)
+        mlm_accuracy = (prediction_logits.argmax(-1) == targets).float().mean()
+        if self.training_stage == "generator":
+            return BertologyElectraForPreTrainingOutput(
+                loss=mlm_loss, mlm_loss=mlm_loss, mlm_accuracy=mlm_accuracy, prediction_logits=prediction_logits
+            )
+
+        # -- fake data (`_get_fake_data`): unmask, then sample every chosen position ------------------------------
+        with torch.no_grad():
+            sample_logits = prediction_logits.detach().float()
+            if config.disallow_correct:
+                sample_logits[torch.arange(len(targets), device=targets.device), targets] = -1e9
+            sampled = gumbel_sample(sample_logits, config.sampling_temperature)  # (M,)
+            original_ids = torch.where(chosen, labels, input_ids)
+            replaced_input_ids = original_ids.clone()
+            replaced_input_ids[chosen] = sampled
+            rtd_labels = (replaced_input_ids != original_ids) & real  # (B, T)
+
+        # -- discriminator: replaced-token detection over every non-pad token -----------------------------------
+        disc_outputs = self.electra(
+            replaced_input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            **kwargs,
+        )
+        rtd_logits = self.discriminator_predictions(disc_outputs.last_hidden_state)  # (B, T)
+        real_logits = rtd_logits[real].float()  # (N,)
+        real_labels = rtd_labels[real].float()
+        rtd_sum = F.binary_cross_entropy_with_logits(real_logits, real_labels, reduction="sum")
+        rtd_loss = rtd_sum / _denominator(num_items_in_batch, "attention_mask", n_real, n_chosen)
+        loss = config.discriminator_weight * rtd_loss
+        if not frozen_generator:
+            loss = loss + config.generator_weight * mlm_loss
+
+        return BertologyElectraForPreTrainingOutput(
+            loss=loss,
+            mlm_loss=mlm_loss,
+            rtd_loss=rtd_loss,
+            mlm_accuracy=mlm_accuracy,
+            rtd_accuracy=((real_logits > 0).float() == real_labels).float().mean(),
+            replaced_fraction=real_labels.mean(),
+            sampled_accuracy=(sampled == targets).float().mean(),
+            prediction_logits=prediction_logits,
+            rtd_logits=rtd_logits,
+            replaced_input_ids=replaced_input_ids,
+            rtd_labels=rtd_labels.long(),
+            hidden_states=disc_outputs.hidden_states,
+            attentions=disc_outputs.attentions,
+        )
