@@ -228,7 +228,7 @@ class ComputeBudgetCallback(TrainerCallback):
                 total = self.budget_flops / self._scale
             else:
                 self._scale, unit, total = 1.0, "s", self.budget_seconds
-            self._bar = tqdm(total=total, unit=unit, desc=self.description, dynamic_ncols=True)
+            self._bar = tqdm(total=total, unit=unit, unit_scale=True, desc=self.description, dynamic_ncols=True)
         self.start = time.perf_counter()
 
     def on_step_end(self, args, state, control, **kwargs):
