@@ -8,9 +8,9 @@ import random
 
 import pytest
 import torch
-from conftest import WORDS, make_documents, write_corpus
 from torch import nn
 
+from conftest import WORDS, make_documents, write_corpus
 from hf_bertology.recipes import get_recipe
 from hf_bertology.training.budget import FlopCounter, budget_schedule
 from hf_bertology.utils import BertologyError
@@ -191,9 +191,11 @@ def test_compare_end_to_end_and_resume(compare_inputs, tmp_path, monkeypatch):
     assert (out / "report.md").read_text() == report
     assert again["models"]["roberta-tiny"]["glue"] == saved["models"]["roberta-tiny"]["glue"]
 
-    # a different budget refuses to mix with the finished runs
-    with pytest.raises(BertologyError, match="another budget"):
+    # other settings refuse to mix with the finished runs: another budget, other fine-tuning settings
+    with pytest.raises(BertologyError, match="other settings .*budget_flops=2"):
         compare.main(_argv(corpus, glue_dir, out, budget="4e8"))
+    with pytest.raises(BertologyError, match="fine-tuned with other settings"):
+        compare.main(_argv(corpus, glue_dir, out) + ["--glue_epochs", "2"])
 
 
 def test_compare_wall_time_budget_without_glue(compare_inputs, tmp_path):

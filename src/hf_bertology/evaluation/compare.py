@@ -35,6 +35,7 @@ from ..utils import BertologyError, logger, set_verbosity
 from . import glue
 
 PRETRAIN_RESULTS = "compare_pretrain.json"
+FINETUNE_SETTINGS = "compare_finetune.json"
 BASELINE = "random-init"
 
 
@@ -187,6 +188,7 @@ def pretrain_recipe(args: CompareArguments, name: str, vocab_size: int, max_seq_
         "recipe": name,
         "variant": get_recipe(name).variant,
         "budget": {"flops": args.budget_flops, "minutes": args.budget_minutes},
+        "settings": pretrain_settings(args, vocab_size, max_seq_length),
         **budget.summary(),
         "total_seconds": round(time.perf_counter() - started, 2),
         "final_losses": {k: v for k, v in (budget.curve[-1] if budget.curve else {}).items() if k.endswith("loss")},
@@ -197,15 +199,25 @@ def pretrain_recipe(args: CompareArguments, name: str, vocab_size: int, max_seq_
     return record
 
 
-def load_pretrain_record(args: CompareArguments, name: str) -> dict[str, Any] | None:
-    """The record of a finished pretraining run of `name` at this budget, or None."""
+def pretrain_settings(args: CompareArguments, vocab_size: int, max_seq_length: int) -> dict[str, Any]:
+    """What a finished pretraining run must share with this comparison to be reused."""
+    keys = ("train_file", "dataset_name", "dataset_config_name", "budget_flops", "budget_minutes", "seed")
+    keys += ("tokenizer_train_samples", "max_train_samples", "budget_schedule", "warmup_fraction", "pretrain_args")
+    return {**{k: getattr(args, k) for k in keys}, "vocab_size": vocab_size, "max_seq_length": max_seq_length}
+
+
+def load_pretrain_record(args: CompareArguments, name: str, vocab_size: int, max_seq_length: int) -> dict | None:
+    """The record of a finished pretraining run of `name` with these settings, or None if there is none."""
     path = Path(args.output_dir) / "pretrain" / name / PRETRAIN_RESULTS
     if not path.is_file():
         return None
     record = json.loads(path.read_text())
-    if record.get("budget") != {"flops": args.budget_flops, "minutes": args.budget_minutes}:
+    settings = pretrain_settings(args, vocab_size, max_seq_length)
+    differ = sorted(k for k in settings if record.get("settings", {}).get(k) != settings[k])
+    if differ:
+        was = ", ".join(f"{k}={record.get('settings', {}).get(k)!r}" for k in differ)
         raise BertologyError(
-            f"{path} was trained with another budget ({record.get('budget')}); use another --output_dir or delete it"
+            f"{path} was made with other settings ({was}); use another --output_dir or delete that folder"
         )
     return record
 
@@ -240,10 +252,7 @@ def make_baseline(args: CompareArguments, arch: str) -> Path:
 def finetune(args: CompareArguments, model_dir: Path, model_name: str, task: str) -> dict[str, float]:
     """GLUE dev metrics of `model_dir` on `task` (`glue/<model>/<task>/all_results.json`, reused when present)."""
     out = Path(args.output_dir) / "glue" / model_name / task
-    results = out / "all_results.json"
-    if results.is_file():
-        logger.info("skipping %s on %s: found %s", model_name, task, results)
-        return json.loads(results.read_text())
+    results, settings = out / "all_results.json", out / FINETUNE_SETTINGS
     argv = [
         "--model_name_or_path", str(model_dir),
         "--task_name", task,
@@ -262,7 +271,15 @@ def finetune(args: CompareArguments, model_dir: Path, model_name: str, task: str
         if getattr(args, f"glue_{flag}") is not None:
             argv += [f"--{flag}", str(getattr(args, f"glue_{flag}"))]
     argv += shlex.split(args.glue_args or "")
+    if results.is_file():
+        if settings.is_file() and json.loads(settings.read_text()) != argv:
+            raise BertologyError(
+                f"{out} was fine-tuned with other settings ({settings}); use another --output_dir or delete it"
+            )
+        logger.info("skipping %s on %s: found %s", model_name, task, results)
+        return json.loads(results.read_text())
     glue.main(argv)
+    settings.write_text(json.dumps(argv, indent=2) + "\n")
     if not results.is_file():
         raise BertologyError(f"fine-tuning {model_name} on {task} wrote no {results}")
     return json.loads(results.read_text())
@@ -443,7 +460,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     models: dict[str, dict[str, Any]] = {}
     for name in recipes:
         progress.set_postfix_str(f"pretraining {name}")
-        record = load_pretrain_record(args, name)
+        record = load_pretrain_record(args, name, vocab_size, max_seq_length)
         if record is not None:
             logger.info("skipping pretraining of %s: found %s", name, Path("pretrain") / name / PRETRAIN_RESULTS)
         else:
