@@ -209,8 +209,11 @@ def describe_corpus(data_args: DataArguments) -> str:
     return f"`{data_args.dataset_name}` ({data_args.dataset_config_name or 'default'})"
 
 
-def main(argv: list[str] | None = None) -> dict:
-    """Run pretraining; returns the final metrics (also written to `output_dir/all_results.json`)."""
+def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
+    """Run pretraining; returns the final metrics (also written to `output_dir/all_results.json`).
+
+    `callbacks`: extra `TrainerCallback`s for the Trainer (e.g. `bertology compare`'s compute-budget stop).
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     model_args, data_args, training_args, explicit = parse_args(argv)
     set_verbosity()
@@ -307,7 +310,7 @@ def main(argv: list[str] | None = None) -> dict:
         eval_dataset=eval_dataset,
         data_collator=collator,
         processing_class=tokenizer,
-        callbacks=callbacks_for(model),
+        callbacks=[*callbacks_for(model), *(callbacks or [])],
     )
     metrics: dict = {}
     if training_args.do_train or not training_args.do_eval:

@@ -1,0 +1,504 @@
+"""`bertology compare`: which pretraining objective learns the most per unit of compute, on your corpus.
+
+    bertology compare --recipes electra-mini,bert-mini,roberta-mini --train_file corpus/ --budget_minutes 15 \\
+        --glue_tasks sst2,cola,stsb --glue_data_dir glue_data --output_dir runs/compare
+
+Every recipe is pretrained on the same corpus with the same tokenizer settings (vocabulary size, sequence length,
+seed) for the same budget: training FLOPs counted from the real tokens of each batch (``--budget_flops``; the count
+is defined in :mod:`hf_bertology.training.budget`) or wall minutes (``--budget_minutes``). The learning-rate schedule
+follows the budget (warmup over its first 6%, linear decay to 0 at its end) so no recipe is stopped mid-schedule.
+Each pretrained model, and a random-init baseline (the ``--baseline`` recipe's architecture and tokenizer, default
+the first recipe, without pretraining), is then fine-tuned on the GLUE tasks with the same settings and seed
+(:func:`hf_bertology.evaluation.glue.main`).
+
+Output in ``--output_dir``: ``report.md`` (recipe × task table, GLUE average, FLOPs, tokens, wall time, final
+pretraining losses), ``results.json``, ``loss_vs_flops.png`` and ``glue_vs_flops.png``; the pretrained models in
+``pretrain/<recipe>/`` and the fine-tuning runs in ``glue/<model>/<task>/``. Finished work is detected from its
+results file (``pretrain/<recipe>/compare_pretrain.json``, ``glue/<model>/<task>/all_results.json``) and not run
+again, so an interrupted comparison resumes where it stopped (an interrupted pretraining run restarts).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..recipes import get_recipe
+from ..utils import BertologyError, logger, set_verbosity
+from . import glue
+
+PRETRAIN_RESULTS = "compare_pretrain.json"
+FINETUNE_SETTINGS = "compare_finetune.json"
+BASELINE = "random-init"
+
+
+@dataclass
+class CompareArguments:
+    recipes: str = field(metadata={"help": "Comma-separated recipes to compare, e.g. `electra-mini,bert-mini`."})
+    output_dir: str = field(metadata={"help": "Where the models, fine-tuning runs, report and plots go."})
+    train_file: list[str] | None = field(
+        default=None,
+        metadata={"help": "Pretraining corpus: text, WikiExtractor or .jsonl files, globs, dirs.", "nargs": "+"},
+    )
+    dataset_name: str | None = field(default=None, metadata={"help": "Hub dataset for pretraining, e.g. `wikitext`."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "e.g. `wikitext-2-raw-v1`."})
+    budget_flops: float | None = field(
+        default=None, metadata={"help": "Training FLOPs per recipe (e.g. 1e15), counted from real tokens."}
+    )
+    budget_minutes: float | None = field(default=None, metadata={"help": "Wall minutes of training per recipe."})
+    glue_tasks: str = field(default="sst2,cola,stsb", metadata={"help": "Comma-separated GLUE tasks ('' for none)."})
+    glue_data_dir: str | None = field(
+        default=None, metadata={"help": "GLUE root folder (glue_data/) holding SST-2/, CoLA/, STS-B/, ..."}
+    )
+    baseline: str | None = field(
+        default=None,
+        metadata={
+            "help": "Recipe (one of --recipes) whose architecture and tokenizer the random-init baseline uses; "
+            "default the first recipe; `none` for no baseline."
+        },
+    )
+    vocab_size: int | None = field(
+        default=None, metadata={"help": "Vocabulary size of every recipe's tokenizer (default: the first recipe's)."}
+    )
+    max_seq_length: int | None = field(
+        default=None, metadata={"help": "Pretraining sequence length of every recipe (default: the first recipe's)."}
+    )
+    tokenizer_train_samples: int | None = field(
+        default=None, metadata={"help": "Train each tokenizer on at most this many documents."}
+    )
+    max_train_samples: int | None = field(default=None, metadata={"help": "Keep this many pretraining examples."})
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for `datasets.map`."})
+    seed: int = field(default=42, metadata={"help": "Seed of every pretraining and fine-tuning run."})
+    logging_steps: int = field(default=10, metadata={"help": "Pretraining loss is logged (and plotted) this often."})
+    warmup_fraction: float = field(default=0.06, metadata={"help": "Share of the budget spent warming up the lr."})
+    budget_schedule: bool = field(
+        default=True,
+        metadata={"help": "Warmup/decay the lr over the budget; with False the recipes' own step schedules apply."},
+    )
+    pretrain_max_steps: int = field(
+        default=1_000_000, metadata={"help": "Safety cap on optimizer steps (the budget normally stops first)."}
+    )
+    pretrain_args: str | None = field(
+        default=None, metadata={"help": "Extra `bertology pretrain` flags for every recipe, as one quoted string."}
+    )
+    glue_epochs: float = field(default=3.0, metadata={"help": "Fine-tuning epochs."})
+    glue_learning_rate: float = field(
+        default=1e-4, metadata={"help": "Fine-tuning lr (small models fine-tune best higher than BERT-base's 2e-5)."}
+    )
+    glue_batch_size: int = field(default=32, metadata={"help": "Fine-tuning batch size."})
+    glue_max_seq_length: int = field(default=128, metadata={"help": "Fine-tuning max length."})
+    glue_max_train_samples: int | None = field(default=None, metadata={"help": "Fine-tune on the first N examples."})
+    glue_max_eval_samples: int | None = field(default=None, metadata={"help": "Evaluate on the first N examples."})
+    glue_args: str | None = field(
+        default=None, metadata={"help": "Extra `bertology glue` flags for every run, as one quoted string."}
+    )
+
+
+def parse_args(argv: list[str]) -> CompareArguments:
+    from transformers import HfArgumentParser
+
+    parser = HfArgumentParser(CompareArguments)
+    parser.prog = "bertology compare"
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        (args,) = parser.parse_json_file(argv[0])
+    elif len(argv) == 1 and argv[0].endswith((".yaml", ".yml")):
+        (args,) = parser.parse_yaml_file(argv[0])
+    else:
+        (args,) = parser.parse_args_into_dataclasses(argv)
+    return args
+
+
+def _split(text: str | None) -> list[str]:
+    return [item.strip() for item in (text or "").split(",") if item.strip()]
+
+
+def check_args(args: CompareArguments) -> tuple[list[str], list[str], str | None]:
+    """(recipes, GLUE tasks, baseline recipe or None), with every user mistake as one BertologyError."""
+    recipes = _split(args.recipes)
+    if not recipes:
+        raise BertologyError("--recipes needs at least one recipe")
+    if len(set(recipes)) != len(recipes):
+        raise BertologyError(f"--recipes lists a recipe twice: {args.recipes}")
+    for name in recipes:
+        get_recipe(name)  # unknown names fail here, before any work
+    if (args.budget_flops is None) == (args.budget_minutes is None):
+        raise BertologyError("give exactly one budget: --budget_flops F or --budget_minutes M")
+    if (args.budget_flops or args.budget_minutes) <= 0:
+        raise BertologyError("the budget must be positive")
+    if not (args.train_file or args.dataset_name):
+        raise BertologyError("give the pretraining corpus: --train_file FILE… or --dataset_name NAME")
+    tasks = [glue.get_task(name).name for name in _split(args.glue_tasks)]
+    if tasks:
+        if not args.glue_data_dir:
+            raise BertologyError("--glue_tasks needs --glue_data_dir (the GLUE root folder)")
+        for name in tasks:
+            folder = Path(args.glue_data_dir) / glue.GLUE_TASKS[name].folder
+            if not folder.is_dir():
+                raise BertologyError(f"GLUE task folder not found: {folder}")
+    baseline = args.baseline or recipes[0]
+    if baseline.lower() == "none":
+        baseline = None
+    elif baseline not in recipes:
+        raise BertologyError(f"--baseline {baseline} must be one of --recipes ({', '.join(recipes)}) or `none`")
+    return recipes, tasks, baseline
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Pretraining one recipe at the budget
+# --------------------------------------------------------------------------------------------------------------------
+def pretrain_recipe(args: CompareArguments, name: str, vocab_size: int, max_seq_length: int) -> dict[str, Any]:
+    """Pretrain `name` until the budget is spent; returns (and writes) its compare_pretrain.json record."""
+    import time
+
+    from ..training import pretrain
+    from ..training.budget import ComputeBudgetCallback
+
+    out = Path(args.output_dir) / "pretrain" / name
+    budget = ComputeBudgetCallback(
+        budget_flops=args.budget_flops,
+        budget_seconds=None if args.budget_minutes is None else 60 * args.budget_minutes,
+        schedule=args.budget_schedule,
+        warmup_fraction=args.warmup_fraction,
+        description=f"pretraining {name}",
+    )
+    argv = ["--recipe", name, "--output_dir", str(out)]
+    if args.train_file:
+        argv += ["--train_file", *args.train_file]
+    for flag in ("dataset_name", "dataset_config_name", "tokenizer_train_samples", "max_train_samples"):
+        if getattr(args, flag) is not None:
+            argv += [f"--{flag}", str(getattr(args, flag))]
+    if args.preprocessing_num_workers:
+        argv += ["--preprocessing_num_workers", str(args.preprocessing_num_workers)]
+    argv += ["--vocab_size", str(vocab_size), "--max_seq_length", str(max_seq_length), "--seed", str(args.seed)]
+    argv += ["--max_steps", str(args.pretrain_max_steps), "--logging_steps", str(args.logging_steps)]
+    argv += ["--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true"]
+    if args.budget_schedule:  # the callback turns this constant schedule into warmup + decay over the budget
+        argv += ["--lr_scheduler_type", "constant", "--warmup_steps", "0"]
+    argv += shlex.split(args.pretrain_args or "")
+    started = time.perf_counter()
+    metrics = pretrain.main(argv, callbacks=[budget])
+    record = {
+        "recipe": name,
+        "variant": get_recipe(name).variant,
+        "budget": {"flops": args.budget_flops, "minutes": args.budget_minutes},
+        "settings": pretrain_settings(args, vocab_size, max_seq_length),
+        **budget.summary(),
+        "total_seconds": round(time.perf_counter() - started, 2),
+        "final_losses": {k: v for k, v in (budget.curve[-1] if budget.curve else {}).items() if k.endswith("loss")},
+        "train_loss": metrics.get("train_loss"),
+        "curve": budget.curve,
+    }
+    (out / PRETRAIN_RESULTS).write_text(json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def pretrain_settings(args: CompareArguments, vocab_size: int, max_seq_length: int) -> dict[str, Any]:
+    """What a finished pretraining run must share with this comparison to be reused."""
+    keys = ("train_file", "dataset_name", "dataset_config_name", "budget_flops", "budget_minutes", "seed")
+    keys += ("tokenizer_train_samples", "max_train_samples", "budget_schedule", "warmup_fraction", "pretrain_args")
+    return {**{k: getattr(args, k) for k in keys}, "vocab_size": vocab_size, "max_seq_length": max_seq_length}
+
+
+def load_pretrain_record(args: CompareArguments, name: str, vocab_size: int, max_seq_length: int) -> dict | None:
+    """The record of a finished pretraining run of `name` with these settings, or None if there is none."""
+    path = Path(args.output_dir) / "pretrain" / name / PRETRAIN_RESULTS
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text())
+    settings = pretrain_settings(args, vocab_size, max_seq_length)
+    differ = sorted(k for k in settings if record.get("settings", {}).get(k) != settings[k])
+    if differ:
+        was = ", ".join(f"{k}={record.get('settings', {}).get(k)!r}" for k in differ)
+        raise BertologyError(
+            f"{path} was made with other settings ({was}); use another --output_dir or delete that folder"
+        )
+    return record
+
+
+def make_baseline(args: CompareArguments, arch: str) -> Path:
+    """A randomly initialised model of recipe `arch` (its config and tokenizer as pretrained), in Hub format."""
+    from transformers import AutoTokenizer, set_seed
+
+    from ..hub import save_folder
+    from ..training.pretrain import checkpoint_variant
+
+    out = Path(args.output_dir) / "pretrain" / BASELINE
+    if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
+        logger.info("skipping the random-init baseline: found %s", out)
+        return out
+    source = Path(args.output_dir) / "pretrain" / arch
+    variant = checkpoint_variant(str(source))
+    if variant is None:
+        raise BertologyError(f"{source} is not a hf_bertology checkpoint; cannot build the baseline from it")
+    set_seed(args.seed)
+    model = variant.model_class(variant.config_class.from_pretrained(source))
+    save_folder(model, AutoTokenizer.from_pretrained(source), out)
+    (out / "BASELINE.txt").write_text(
+        f"Randomly initialised {arch} architecture (seed {args.seed}), not pretrained.\n"
+    )
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Fine-tuning
+# --------------------------------------------------------------------------------------------------------------------
+def finetune(args: CompareArguments, model_dir: Path, model_name: str, task: str) -> dict[str, float]:
+    """GLUE dev metrics of `model_dir` on `task` (`glue/<model>/<task>/all_results.json`, reused when present)."""
+    out = Path(args.output_dir) / "glue" / model_name / task
+    results, settings = out / "all_results.json", out / FINETUNE_SETTINGS
+    argv = [
+        "--model_name_or_path", str(model_dir),
+        "--task_name", task,
+        "--data_dir", str(Path(args.glue_data_dir) / glue.GLUE_TASKS[task].folder),
+        "--output_dir", str(out),
+        "--num_train_epochs", str(args.glue_epochs),
+        "--learning_rate", str(args.glue_learning_rate),
+        "--per_device_train_batch_size", str(args.glue_batch_size),
+        "--per_device_eval_batch_size", str(max(64, args.glue_batch_size)),
+        "--max_seq_length", str(args.glue_max_seq_length),
+        "--seed", str(args.seed),
+        "--save_strategy", "no",
+        "--report_to", "none",
+    ]  # fmt: skip
+    for flag in ("max_train_samples", "max_eval_samples"):
+        if getattr(args, f"glue_{flag}") is not None:
+            argv += [f"--{flag}", str(getattr(args, f"glue_{flag}"))]
+    argv += shlex.split(args.glue_args or "")
+    if results.is_file():
+        if settings.is_file() and json.loads(settings.read_text()) != argv:
+            raise BertologyError(
+                f"{out} was fine-tuned with other settings ({settings}); use another --output_dir or delete it"
+            )
+        logger.info("skipping %s on %s: found %s", model_name, task, results)
+        return json.loads(results.read_text())
+    glue.main(argv)
+    settings.write_text(json.dumps(argv, indent=2) + "\n")
+    if not results.is_file():
+        raise BertologyError(f"fine-tuning {model_name} on {task} wrote no {results}")
+    return json.loads(results.read_text())
+
+
+def summarise_glue(results: dict[str, dict[str, float]]) -> tuple[dict[str, float | None], float | None]:
+    """Per-task GLUE scores (mean of a task's metrics) and their average (WNLI excluded, as glue_table does)."""
+    scores = {task: glue.task_score(task, res) for task, res in results.items()}
+    counted = [s for t, s in scores.items() if s is not None and t != "wnli"]
+    return scores, (float(np.mean(counted)) if counted else None)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Report
+# --------------------------------------------------------------------------------------------------------------------
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.2f}"
+
+
+def _flops(value: float | None) -> str:
+    return "—" if not value else f"{value:.3g}"
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+def report_markdown(results: dict[str, Any]) -> str:
+    settings, models, tasks = results["settings"], results["models"], results["settings"]["glue_tasks"]
+    budget = (
+        f"{settings['budget_flops']:.3g} training FLOPs"
+        if settings["budget_flops"]
+        else f"{settings['budget_minutes']:g} wall minutes of training"
+    )
+    lines = [
+        "# Recipe comparison at equal compute",
+        "",
+        f"Corpus: {settings['corpus']}. Budget per recipe: **{budget}**. Tokenizer: each family's own, vocabulary "
+        f"{settings['vocab_size']}, sequence length {settings['max_seq_length']}, seed {settings['seed']}. "
+        + (
+            f"Learning rate: warmup over the first {100 * settings['warmup_fraction']:g}% of the budget, then linear "
+            "decay to 0 at the budget."
+            if settings["budget_schedule"]
+            else "Learning rate: each recipe's own step schedule (stopped at the budget)."
+        ),
+        "",
+        f"Fine-tuning: {settings['glue_epochs']:g} epochs, lr {settings['glue_learning_rate']:g}, batch "
+        f"{settings['glue_batch_size']}, max length {settings['glue_max_seq_length']}, seed {settings['seed']}"
+        + (
+            f", first {settings['glue_max_train_samples']} training examples"
+            if settings["glue_max_train_samples"]
+            else ""
+        )
+        + (f", first {settings['glue_max_eval_samples']} dev examples" if settings["glue_max_eval_samples"] else "")
+        + ". Scores are dev-set metrics × 100 (a task's score is the mean of its GLUE metrics: MCC for CoLA, "
+        "Pearson/Spearman for STS-B, accuracy for SST-2).",
+        "",
+    ]
+    header = [
+        "model",
+        *tasks,
+        "GLUE avg",
+        "train FLOPs",
+        "FLOPs/token",
+        "tokens",
+        "steps",
+        "train time",
+        "final losses",
+    ]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" + "---:|" * (len(header) - 2) + "---|"]
+    for name, entry in models.items():
+        pre = entry.get("pretrain") or {}
+        losses = ", ".join(f"{k} {v:.3f}" for k, v in (pre.get("final_losses") or {}).items())
+        row = [
+            f"**{name}**" if name != BASELINE else f"{name} ({settings['baseline']} arch)",
+            *(_pct(entry["glue_scores"].get(t)) for t in tasks),
+            f"**{_pct(entry['glue_average'])}**",
+            _flops(pre.get("flops")),
+            _flops(pre.get("flops_per_token")),
+            f"{pre['tokens']:,}" if pre else "0",
+            str(pre.get("steps", 0)),
+            _duration(pre["seconds"]) if pre else "—",
+            losses or "—",
+        ]
+        lines.append("| " + " | ".join(row) + " |")
+    ranked = sorted(
+        ((n, e["glue_average"]) for n, e in models.items() if e["glue_average"] is not None), key=lambda x: -x[1]
+    )
+    if ranked:
+        lines += ["", "Ranking by GLUE average: " + " > ".join(f"{n} ({100 * s:.2f})" for n, s in ranked) + "."]
+    lines += [
+        "",
+        "Training FLOPs = 3 × forward FLOPs of every matmul the model runs, counted on real (non-pad) tokens only: "
+        "encoder stacks (ELECTRA: generator and discriminator) per real token, sparse prediction heads per predicted "
+        "position, poolers per sequence, plus attention 4·d_attn·Σ n_i² per layer forward (QKᵀ and A·V over the "
+        "n_i real tokens of each sequence); see `hf_bertology/training/budget.py`. Wall time is the training loop "
+        "only (tokenization excluded). The final losses are each objective's own (e.g. ELECTRA's is MLM + 50·RTD) "
+        "and are not comparable across recipes; compare the GLUE columns.",
+        "",
+        "![pretraining loss vs FLOPs](loss_vs_flops.png)",
+        "",
+        "![GLUE average vs pretraining FLOPs](glue_vs_flops.png)",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def make_plots(results: dict[str, Any], output_dir: Path) -> list[Path]:
+    """loss_vs_flops.png and glue_vs_flops.png (matplotlib, Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = results["models"]
+    paths = []
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, entry in models.items():
+        curve = (entry.get("pretrain") or {}).get("curve") or []
+        if curve:
+            ax.plot([p["flops"] for p in curve], [p["loss"] for p in curve], marker=".", label=name)
+    ax.set_xlabel("training FLOPs (real tokens)")
+    ax.set_ylabel("pretraining loss (each objective's own)")
+    ax.set_title("Pretraining loss vs compute")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    paths.append(output_dir / "loss_vs_flops.png")
+    fig.savefig(paths[-1], dpi=120)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, entry in models.items():
+        average = entry["glue_average"]
+        if average is None:
+            continue
+        if name == BASELINE:
+            ax.axhline(100 * average, color="gray", linestyle="--", label=f"{name} (no pretraining)")
+            continue
+        flops = entry["pretrain"]["flops"]
+        ax.scatter([flops], [100 * average], s=40, zorder=3)
+        ax.annotate(name, (flops, 100 * average), textcoords="offset points", xytext=(5, 4), fontsize=9)
+    ax.set_xlim(left=0)
+    ax.set_xlabel("pretraining FLOPs")
+    ax.set_ylabel("GLUE average (dev, ×100)")
+    ax.set_title("Downstream quality vs pretraining compute")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    paths.append(output_dir / "glue_vs_flops.png")
+    fig.savefig(paths[-1], dpi=120)
+    plt.close(fig)
+    return paths
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# main
+# --------------------------------------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run (or resume) the comparison; returns the results also written to `output_dir/results.json`."""
+    from tqdm.auto import tqdm
+
+    args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    set_verbosity()
+    recipes, tasks, baseline = check_args(args)
+    first = get_recipe(recipes[0])
+    vocab_size = args.vocab_size or first.vocab_size  # the same tokenizer settings for every recipe
+    max_seq_length = args.max_seq_length or first.max_seq_length
+    output_dir = Path(args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+
+    names = recipes + ([BASELINE] if baseline else [])
+    units = len(recipes) + len(names) * len(tasks) + (1 if baseline else 0)
+    progress = tqdm(total=units, desc="compare", unit="run", dynamic_ncols=True)
+    models: dict[str, dict[str, Any]] = {}
+    for name in recipes:
+        progress.set_postfix_str(f"pretraining {name}")
+        record = load_pretrain_record(args, name, vocab_size, max_seq_length)
+        if record is not None:
+            logger.info("skipping pretraining of %s: found %s", name, Path("pretrain") / name / PRETRAIN_RESULTS)
+        else:
+            shutil.rmtree(output_dir / "glue" / name, ignore_errors=True)  # fine-tuned from an older model
+            record = pretrain_recipe(args, name, vocab_size, max_seq_length)
+        models[name] = {"pretrain": record, "model_dir": str(output_dir / "pretrain" / name)}
+        progress.update()
+    if baseline:
+        models[BASELINE] = {"pretrain": None, "model_dir": str(make_baseline(args, baseline))}
+        progress.update()
+
+    for name in names:
+        glue_results = {}
+        for task in tasks:
+            progress.set_postfix_str(f"{name} on {task}")
+            glue_results[task] = finetune(args, Path(models[name]["model_dir"]), name, task)
+            progress.update()
+        scores, average = summarise_glue(glue_results)
+        models[name].update(glue=glue_results, glue_scores=scores, glue_average=average)
+    progress.close()
+
+    settings = {
+        **asdict(args),
+        "recipes": recipes,
+        "glue_tasks": tasks,
+        "baseline": baseline,
+        "vocab_size": vocab_size,
+        "max_seq_length": max_seq_length,
+        "corpus": ", ".join(args.train_file or []) or f"{args.dataset_name} ({args.dataset_config_name or 'default'})",
+    }
+    results = {"settings": settings, "models": models}
+    (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    make_plots(results, output_dir)
+    report = report_markdown(results)
+    (output_dir / "report.md").write_text(report)
+    print(report)
+    return results
+
+
+if __name__ == "__main__":
+    main()

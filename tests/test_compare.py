@@ -1,0 +1,231 @@
+"""`bertology compare`: FLOP accounting against a hand count, the budget callback, and a tiny end-to-end run that
+writes the report, results and plots and resumes without redoing finished work."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+from torch import nn
+
+from conftest import WORDS, make_documents, write_corpus
+from hf_bertology.recipes import get_recipe
+from hf_bertology.training.budget import FlopCounter, budget_schedule
+from hf_bertology.utils import BertologyError
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# FLOP accounting
+# --------------------------------------------------------------------------------------------------------------------
+def _bert_batch(seq_len: int) -> dict[str, torch.Tensor]:
+    """Two sequences with 8 and 5 real tokens (padded to `seq_len`), 3 predicted positions, NSP labels."""
+    input_ids = torch.zeros(2, seq_len, dtype=torch.long)
+    input_ids[0, :8] = torch.arange(5, 13)
+    input_ids[1, :5] = torch.arange(20, 25)
+    attention_mask = (input_ids != 0).long()
+    labels = torch.full_like(input_ids, -100)
+    labels[0, 2], labels[0, 6], labels[1, 3] = 7, 11, 23
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "token_type_ids": torch.zeros_like(input_ids),
+        "labels": labels,
+        "next_sentence_label": torch.tensor([0, 1]),
+    }
+
+
+def test_flop_count_matches_hand_count_for_bert_tiny():
+    torch.manual_seed(0)
+    model = get_recipe("bert-tiny", vocab_size=100).build_model()  # L=2, H=32, FFN=37, V=100
+    # Hand count (multiply-accumulates of the forward pass):
+    #   encoder, per real token: 2 layers × (Q,K,V,O 4·32·32 + FFN 32·37 + 37·32) = 2 × (4096 + 2368) = 12,928
+    #     × 13 real tokens (8 + 5; padding is not counted)                                        = 168,064
+    #   sparse MLM head, per predicted position: transform 32·32 + decoder 32·100 = 4,224 × 3    =  12,672
+    #   pooler 32·32 + NSP 32·2 = 1,088 per sequence × 2                                           =   2,176
+    #   matmul MACs 182,912 → forward FLOPs 2 × 182,912                                            = 365,824
+    #   attention (QKᵀ and A·V): 2 layers × 4 · 32 · (8² + 5²) = 2 × 128 × 89                      =  22,784
+    #   forward 388,608; training (forward + backward = 3 × forward)                               = 1,165,824
+    expected = 3 * (2 * (2 * (4 * 32 * 32 + 2 * 32 * 37) * 13 + (32 * 32 + 32 * 100) * 3 + (32 * 32 + 32 * 2) * 2))
+    expected += 3 * 2 * 4 * 32 * (8**2 + 5**2)
+    assert expected == 1_165_824
+    for seq_len in (8, 12):  # the same real tokens, more padding: the same count
+        counter = FlopCounter(model)
+        with counter:
+            model(**_bert_batch(seq_len)).loss.backward()
+        assert counter.training_flops == expected
+        assert (counter.tokens, counter.predicted, counter.sequences) == (13, 3, 2)
+    # detached: nothing more is counted
+    model(**_bert_batch(8))
+    assert counter.training_flops == expected
+
+
+def test_flop_count_shared_layers_and_einsum_weights():
+    """A layer applied twice counts twice (ALBERT); a module's own ≥2-dim weights count once per input row (XLNet's
+    einsum q/k/v), and a weight named `q` marks an attention layer of width heads × head size."""
+
+    class EinsumAttention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q = nn.Parameter(torch.randn(8, 2, 4))  # (d_model, heads, head size)
+            self.o = nn.Parameter(torch.randn(8, 2, 4))
+
+        def forward(self, h):  # h: (T, B, d_model)
+            q = torch.einsum("ibh,hnd->ibnd", h, self.q)
+            return torch.einsum("ibnd,hnd->ibh", q, self.o)
+
+    class Shared(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.Linear(8, 8)
+            self.attn = EinsumAttention()
+            self.embed = nn.Embedding(10, 8)
+
+        def forward(self, input_ids, attention_mask=None):
+            h = self.embed(input_ids)  # (B, T, 8)
+            h = self.layer(self.layer(h))  # the same weights twice
+            return self.attn(h.transpose(0, 1))
+
+    model = Shared()
+    ids = torch.tensor([[1, 2, 3], [4, 5, 0]])
+    counter = FlopCounter(model)
+    with counter:
+        model(input_ids=ids, attention_mask=(ids != 0).long())
+    real = 5  # 3 + 2 real tokens
+    linear = 2 * 2 * real * 8 * 8  # two calls of an 8×8 matmul
+    einsum = 2 * real * (8 * 2 * 4) * 2  # q and o, 64 MACs each per row
+    attention = 4 * (2 * 4) * (3**2 + 2**2)
+    assert counter.forward_flops == linear + einsum + attention
+
+
+def test_budget_schedule_warms_up_then_decays_to_zero():
+    assert budget_schedule(0.0, 0.1) == 0.0
+    assert budget_schedule(0.05, 0.1) == pytest.approx(0.5)
+    assert budget_schedule(0.1, 0.1) == pytest.approx(1.0)
+    assert budget_schedule(0.55, 0.1) == pytest.approx(0.5)
+    assert budget_schedule(1.0, 0.1) == 0.0
+    assert budget_schedule(1.3, 0.1) == 0.0
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# End to end
+# --------------------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def compare_inputs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("compare")
+    corpus = write_corpus(root / "corpus.txt", make_documents(40, seed=3))
+    rng = random.Random(0)
+    sst2 = root / "glue" / "SST-2"
+    sst2.mkdir(parents=True)
+    for split, rows in (("train", 40), ("dev", 16)):
+        lines = ["sentence\tlabel"]
+        for _ in range(rows):
+            label = rng.randint(0, 1)
+            words = [rng.choice(WORDS) for _ in range(5)] + (["good"] if label else ["bad"])
+            lines.append(" ".join(words) + f"\t{label}")
+        (sst2 / f"{split}.tsv").write_text("\n".join(lines) + "\n")
+    return corpus, root / "glue"
+
+
+def _argv(corpus, glue_dir, out, budget: str = "2e8") -> list[str]:
+    return [
+        "--recipes", "bert-tiny,roberta-tiny",
+        "--train_file", str(corpus),
+        "--budget_flops", budget,
+        "--glue_tasks", "sst2",
+        "--glue_data_dir", str(glue_dir),
+        "--output_dir", str(out),
+        "--vocab_size", "300",
+        "--logging_steps", "1",
+        "--glue_epochs", "1",
+        "--pretrain_args", "--per_device_train_batch_size 4",
+    ]  # fmt: skip
+
+
+def test_compare_end_to_end_and_resume(compare_inputs, tmp_path, monkeypatch):
+    from hf_bertology.evaluation import compare, glue
+    from hf_bertology.training import pretrain
+
+    corpus, glue_dir = compare_inputs
+    out = tmp_path / "cmp"
+    results = compare.main(_argv(corpus, glue_dir, out))
+
+    # report, results, plots
+    report = (out / "report.md").read_text()
+    for name in ("bert-tiny", "roberta-tiny", "random-init (bert-tiny arch)", "sst2", "GLUE avg", "train FLOPs"):
+        assert name in report
+    saved = json.loads((out / "results.json").read_text())
+    assert list(saved["models"]) == ["bert-tiny", "roberta-tiny", "random-init"]
+    for png in ("loss_vs_flops.png", "glue_vs_flops.png"):
+        data = (out / png).read_bytes()
+        assert data[:8] == PNG_SIGNATURE and len(data) > 1000
+
+    for name in ("bert-tiny", "roberta-tiny"):
+        pre = saved["models"][name]["pretrain"]
+        # stopped at the first optimizer step that reached the budget (logging every step gives each step's FLOPs)
+        flops = [point["flops"] for point in pre["curve"]]
+        assert flops[-1] == pre["flops"] and pre["steps"] == len(flops)
+        assert flops[-2] < 2e8 <= flops[-1]
+        assert pre["tokens"] > 0 and pre["final_losses"]["loss"] > 0
+        # the learning rate follows the budget: 0 at the start, warmup, then decay
+        rates = [point["learning_rate"] for point in pre["curve"]]
+        assert rates[0] == 0.0 and max(rates) > rates[-1] > 0.0
+        assert 0.0 <= saved["models"][name]["glue"]["sst2"]["eval_accuracy"] <= 1.0
+    assert saved["models"]["random-init"]["pretrain"] is None
+    assert saved["models"]["random-init"]["glue_average"] is not None
+    assert results["models"]["bert-tiny"]["glue_average"] == saved["models"]["bert-tiny"]["glue_average"]
+    # the pretrained folder is a plain-transformers checkpoint
+    assert (out / "pretrain" / "bert-tiny" / "model.safetensors").is_file()
+
+    # resume: nothing is pretrained or fine-tuned again; the report is rebuilt from the saved results
+    def refuse(*args, **kwargs):
+        raise AssertionError("finished work was run again")
+
+    monkeypatch.setattr(pretrain, "main", refuse)
+    monkeypatch.setattr(glue, "main", refuse)
+    (out / "report.md").unlink()
+    again = compare.main(_argv(corpus, glue_dir, out))
+    assert (out / "report.md").read_text() == report
+    assert again["models"]["roberta-tiny"]["glue"] == saved["models"]["roberta-tiny"]["glue"]
+
+    # other settings refuse to mix with the finished runs: another budget, other fine-tuning settings
+    with pytest.raises(BertologyError, match="other settings .*budget_flops=2"):
+        compare.main(_argv(corpus, glue_dir, out, budget="4e8"))
+    with pytest.raises(BertologyError, match="fine-tuned with other settings"):
+        compare.main(_argv(corpus, glue_dir, out) + ["--glue_epochs", "2"])
+
+
+def test_compare_wall_time_budget_without_glue(compare_inputs, tmp_path):
+    from hf_bertology.evaluation import compare
+
+    corpus, _ = compare_inputs
+    out = tmp_path / "wall"
+    argv = ["--recipes", "roberta-tiny", "--train_file", str(corpus), "--budget_minutes", "0.005", "--glue_tasks", ""]
+    argv += ["--baseline", "none", "--output_dir", str(out), "--vocab_size", "300", "--logging_steps", "1"]
+    argv += ["--pretrain_args", "--per_device_train_batch_size 4"]
+    results = compare.main(argv)
+    pre = results["models"]["roberta-tiny"]["pretrain"]
+    assert pre["seconds"] >= 0.3 and pre["steps"] >= 1 and pre["flops"] > 0
+    assert (out / "loss_vs_flops.png").read_bytes()[:8] == PNG_SIGNATURE
+    assert "roberta-tiny" in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--budget_flops", "1e9", "--budget_minutes", "1"], "exactly one budget"),
+        (["--budget_flops", "1e9", "--recipes", "nope-tiny"], "unknown recipe"),
+        (["--budget_flops", "1e9", "--baseline", "roberta-tiny"], "must be one of --recipes"),
+        (["--budget_flops", "1e9", "--glue_tasks", "sst2"], "needs --glue_data_dir"),
+        (["--budget_flops", "-1"], "positive"),
+    ],
+)
+def test_compare_argument_errors(tmp_path, extra, message):
+    from hf_bertology.evaluation import compare
+
+    argv = ["--recipes", "bert-tiny", "--train_file", "x.txt", "--output_dir", str(tmp_path), "--glue_tasks", ""]
+    with pytest.raises(BertologyError, match=message):
+        compare.main(argv + extra)
