@@ -16,6 +16,7 @@ from .utils import BertologyError
 # sub-command -> (module, one-line help); modules are imported only when their command runs.
 COMMANDS: dict[str, tuple[str, str]] = {
     "pretrain": ("hf_bertology.training.pretrain", "pretrain a recipe on a corpus and write a Hub-format folder"),
+    "push": ("hf_bertology.hub", "push a Hub-format folder (weights, tokenizer, code, card) to the Hugging Face Hub"),
 }
 
 
