@@ -13,6 +13,7 @@ examples (the recipe's input format) -> collator -> Trainer -> Hub-format folder
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -25,7 +26,7 @@ import transformers
 from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments, set_seed
 
 from ..data import build_pretraining_dataset, load_corpus, tokenize_corpus
-from ..hub import save_folder, write_model_card
+from ..hub import push_from_training_args, save_folder, write_model_card
 from ..recipes import VARIANTS, Recipe, get_recipe, list_recipes
 from ..utils import BertologyError, logger, set_verbosity
 from .trainer import BertologyTrainer
@@ -285,6 +286,9 @@ def main(argv: list[str] | None = None) -> dict:
         eval_dataset = eval_dataset.select(range(min(data_args.max_eval_samples, len(eval_dataset))))
 
     # -- training -------------------------------------------------------------------------------------------
+    # `--push_to_hub` pushes the final Hub-format folder once, below; the Trainer's own pushes (every checkpoint,
+    # its generic model card) are turned off.
+    push_args, training_args.push_to_hub = copy.copy(training_args), False
     trainer = BertologyTrainer(
         model=model,
         args=training_args,
@@ -318,11 +322,15 @@ def main(argv: list[str] | None = None) -> dict:
             tokens_seen=int(trainer.state.num_input_tokens_seen or 0),
             final_losses=final_losses,
             plain_auto_class=recipe.spec.plain_auto_class,
+            repo_id=(push_args.hub_model_id or Path(output_dir).absolute().name) if push_args.push_to_hub else None,
         )
         metrics["tokens_seen"] = int(trainer.state.num_input_tokens_seen or 0)
         with open(os.path.join(output_dir, "all_results.json"), "w") as handle:
             json.dump(metrics, handle, indent=2)
         logger.info("wrote %s", output_dir)
+        commit_url = push_from_training_args(output_dir, push_args)
+        if commit_url:
+            logger.info("pushed to %s", commit_url)
     return metrics
 
 
