@@ -29,7 +29,7 @@ from ..data import build_pretraining_dataset, load_corpus, tokenize_corpus
 from ..hub import push_from_training_args, save_folder, write_model_card
 from ..recipes import VARIANTS, Recipe, get_recipe, list_recipes
 from ..utils import BertologyError, logger, set_verbosity
-from .trainer import BertologyTrainer
+from .trainer import BertologyTrainer, is_complete_checkpoint, last_complete_checkpoint
 
 
 @dataclass
@@ -189,6 +189,28 @@ def check_lengths(config, max_seq_length: int) -> None:
         )
 
 
+def resolve_resume(value: str | None, output_dir: str) -> str | None:
+    """`--resume_from_checkpoint`: a checkpoint folder, or `true`/`last` for the newest *complete* checkpoint in
+    output_dir (none yet: start from scratch, so one command line both starts and resumes a preemptible job)."""
+    if value is None or str(value).lower() in ("", "false", "none", "no"):
+        return None
+    if str(value).lower() in ("true", "last", "latest", "yes"):
+        checkpoint = last_complete_checkpoint(output_dir)
+        if checkpoint is None:
+            logger.warning("no complete checkpoint in %s yet: training from scratch", output_dir)
+            return None
+        logger.info("resuming from %s", checkpoint)
+        return str(checkpoint)
+    if not Path(value).is_dir():
+        raise BertologyError(f"--resume_from_checkpoint {value}: no such checkpoint folder")
+    if not is_complete_checkpoint(value):
+        raise BertologyError(
+            f"--resume_from_checkpoint {value}: the checkpoint is incomplete (its run was stopped while saving); "
+            "pass an earlier one or `last`"
+        )
+    return value
+
+
 def describe_corpus(data_args: DataArguments) -> str:
     if data_args.train_file:
         return ", ".join(f"`{Path(f).name}`" for f in data_args.train_file)
@@ -207,6 +229,7 @@ def main(argv: list[str] | None = None) -> dict:
     recipe = build_recipe(model_args)
     training_args = apply_defaults(training_args, {**PRETRAIN_DEFAULTS, **recipe.training_defaults}, explicit)
     max_seq_length = data_args.max_seq_length or recipe.max_seq_length
+    resume_from = resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
     set_seed(training_args.seed)
     if data_args.streaming and training_args.max_steps <= 0:
         raise BertologyError("--streaming needs --max_steps (a stream has no length)")
@@ -227,6 +250,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     # -- tokenizer ------------------------------------------------------------------------------------------
     tokenizer_source = model_args.tokenizer_name or model_args.model_name_or_path
+    if tokenizer_source is None and resume_from and (Path(resume_from) / "tokenizer_config.json").is_file():
+        tokenizer_source = resume_from  # resuming: the tokenizer the checkpoint was trained with, not a new one
     if tokenizer_source:
         tokenizer = load_tokenizer(tokenizer_source)
     else:
@@ -299,7 +324,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     metrics: dict = {}
     if training_args.do_train or not training_args.do_eval:
-        result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+        result = trainer.train(resume_from_checkpoint=resume_from)
         metrics.update(result.metrics)
     if training_args.do_eval and eval_dataset is not None:
         eval_metrics = trainer.evaluate()
