@@ -154,11 +154,37 @@ def checkpoint_variant(path: str):
     return next((v for v in VARIANTS.values() if v.model_class.__name__ in classes), None)
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model")
+
+
 def load_tokenizer(name: str):
+    if Path(name).is_dir() and not any((Path(name) / f).is_file() for f in TOKENIZER_FILES):
+        raise BertologyError(
+            f"{name} holds no tokenizer (none of {', '.join(TOKENIZER_FILES)}); pass --tokenizer_name, "
+            "or --vocab_size to train one"
+        )
     try:
         return AutoTokenizer.from_pretrained(name)
     except Exception as err:
         raise BertologyError(f"could not load a tokenizer from {name!r} ({type(err).__name__}: {err})") from None
+
+
+def check_family(source: str, recipe: Recipe) -> None:
+    """A checkpoint or config of another family (a GPT-2 config for `--recipe bert-tiny`) is one clear error."""
+    if not Path(source).exists():
+        return  # a Hub id: transformers resolves (or refuses) it
+    config_file = Path(source) / "config.json" if Path(source).is_dir() else Path(source)
+    if not config_file.is_file():
+        raise BertologyError(f"{source}: no config.json (is it a model folder?)")
+    try:
+        model_type = json.loads(config_file.read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError) as err:
+        raise BertologyError(f"{config_file}: unreadable config ({err})") from None
+    if model_type != recipe.config.model_type:
+        raise BertologyError(
+            f"{source} is a {model_type!r} model but --recipe {recipe.name} trains {recipe.config.model_type!r}; "
+            "pass a checkpoint of the same family"
+        )
 
 
 def build_recipe(model_args: ModelArguments) -> Recipe:
@@ -174,6 +200,7 @@ def build_recipe(model_args: ModelArguments) -> Recipe:
     else:
         raise BertologyError("give --recipe NAME (or --model_name_or_path of a checkpoint written by hf_bertology)")
     if source:
+        check_family(source, recipe)
         recipe.config = recipe.spec.config_class.from_pretrained(source, **overrides)
     return recipe
 
