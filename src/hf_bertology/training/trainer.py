@@ -112,8 +112,8 @@ class BertologyTrainer(Trainer):
         self._first_step: int | None = None
         self._batches_trained = 0
         self._replaying = False  # resuming mid-epoch: the collator restores the RNG, the Trainer must not again
-        if self.data_collator is not None:
-            self.data_collator = RngRecordingCollator(self.data_collator)
+        # The training dataloader's collator, wrapped (evaluation batches must not count).
+        self._recorder = RngRecordingCollator(self.data_collator) if self.data_collator is not None else None
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
         if resume_from_checkpoint is True:  # the newest *complete* checkpoint, not merely the newest folder
@@ -121,7 +121,7 @@ class BertologyTrainer(Trainer):
             if resume_from_checkpoint is None:
                 raise ValueError(f"No complete checkpoint found in output directory ({self.args.output_dir})")
         resume_from_checkpoint = str(resume_from_checkpoint) if resume_from_checkpoint else None
-        if resume_from_checkpoint and isinstance(self.data_collator, RngRecordingCollator):
+        if resume_from_checkpoint and self._recorder is not None:
             self._arm_replay(resume_from_checkpoint)
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
@@ -153,8 +153,17 @@ class BertologyTrainer(Trainer):
         pending = torch.load(state_file, weights_only=True) if state_file.is_file() else []
         actions = [lambda state=state: torch.set_rng_state(state) for state in pending]
         actions.append(lambda: Trainer._load_rng_state(self, checkpoint))
-        self.data_collator.replay = actions
+        self._recorder.replay = actions
         self._replaying = True
+
+    def get_train_dataloader(self):
+        if self._recorder is None or self._recorder.collator is not self.data_collator:
+            self._recorder = RngRecordingCollator(self.data_collator) if self.data_collator is not None else None
+        collator, self.data_collator = self.data_collator, self._recorder or self.data_collator
+        try:
+            return super().get_train_dataloader()
+        finally:
+            self.data_collator = collator
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         batch_samples, num_items = super().get_batch_samples(epoch_iterator, num_batches, device)
@@ -162,8 +171,8 @@ class BertologyTrainer(Trainer):
         return batch_samples, num_items
 
     def _load_rng_state(self, checkpoint) -> None:
-        collator = self.data_collator
-        if self._replaying and isinstance(collator, RngRecordingCollator):
+        collator = self._recorder
+        if self._replaying and collator is not None:
             self._replaying = False
             if not collator.replay:  # mid-epoch, after the first collation: the replay has restored it already
                 return
@@ -171,8 +180,8 @@ class BertologyTrainer(Trainer):
         super()._load_rng_state(checkpoint)
 
     def _save_collator_rng(self, folder: Path) -> None:
-        collator = self.data_collator
-        if not isinstance(collator, RngRecordingCollator) or self.args.dataloader_num_workers > 0:
+        collator = self._recorder
+        if collator is None or self.args.dataloader_num_workers > 0 or not folder.is_dir():
             return
         ahead = collator.calls - self._batches_trained  # collated, not yet trained on
         pending = list(collator.history)[-ahead:] if 0 < ahead <= len(collator.history) else []
