@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "glue": ("hf_bertology.evaluation.glue", "fine-tune a checkpoint on a GLUE task and report its dev metric"),
     "export": ("hf_bertology.export", "write a vanilla transformers folder (e.g. an ELECTRA discriminator/generator)"),
     "compare": ("hf_bertology.evaluation.compare", "pretrain recipes at equal compute, fine-tune on GLUE, report"),
+    "push": ("hf_bertology.hub", "push a Hub-format folder (weights, tokenizer, code, card) to the Hugging Face Hub"),
 }
 
 

@@ -176,6 +176,9 @@ def load_corpus(
             "text_field": text_column,
             "fingerprint": fingerprint,
         }
+        # `datasets` fails on a generator that yields nothing ("corresponds to no data"): say so in our words.
+        if next(_generate(**kwargs), None) is None:
+            raise BertologyError(f"the corpus is empty: no text in {', '.join(files)}")
         features = datasets.Features({"text": datasets.Value("string")})
         if streaming:
             return datasets.IterableDataset.from_generator(_generate, features=features, gen_kwargs=kwargs)

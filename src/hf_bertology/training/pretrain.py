@@ -13,6 +13,7 @@ examples (the recipe's input format) -> collator -> Trainer -> Hub-format folder
 
 from __future__ import annotations
 
+import copy
 import importlib
 import json
 import math
@@ -26,10 +27,11 @@ import transformers
 from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments, set_seed
 
 from ..data import build_pretraining_dataset, load_corpus, tokenize_corpus
-from ..hub import save_folder, write_model_card
+from ..hub import push_from_training_args, save_folder, write_model_card
 from ..recipes import VARIANTS, Recipe, get_recipe, list_recipes
 from ..utils import BertologyError, logger, set_verbosity
 from .callbacks import callbacks_for
+from .trainer import is_complete_checkpoint, last_complete_checkpoint
 
 
 @dataclass
@@ -130,6 +132,21 @@ def apply_defaults(training_args: TrainingArguments, defaults: dict, explicit: s
     return rebuilt
 
 
+def fit_warmup(training_args: TrainingArguments) -> TrainingArguments:
+    """Keep warmup shorter than a short run: transformers' polynomial schedule divides by `max_steps - warmup`."""
+    steps = training_args.max_steps
+    if steps <= 0 or training_args.lr_scheduler_type != "polynomial":
+        return training_args
+    warmup = training_args.warmup_steps
+    warmup_steps = math.ceil(warmup * steps) if 0 < warmup < 1 else int(warmup)
+    if warmup_steps >= steps:
+        logger.warning(
+            "warmup (%d steps) reaches max_steps (%d): warming up for %d steps", warmup_steps, steps, steps - 1
+        )
+        training_args.warmup_steps = steps - 1
+    return training_args
+
+
 def parse_overrides(text: str | None) -> dict:
     """`"a=1,b=0.5,c=true,d=gelu"` -> `{"a": 1, "b": 0.5, "c": True, "d": "gelu"}`."""
     overrides = {}
@@ -154,11 +171,37 @@ def checkpoint_variant(path: str):
     return next((v for v in VARIANTS.values() if v.model_class.__name__ in classes), None)
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model")
+
+
 def load_tokenizer(name: str):
+    if Path(name).is_dir() and not any((Path(name) / f).is_file() for f in TOKENIZER_FILES):
+        raise BertologyError(
+            f"{name} holds no tokenizer (none of {', '.join(TOKENIZER_FILES)}); pass --tokenizer_name, "
+            "or --vocab_size to train one"
+        )
     try:
         return AutoTokenizer.from_pretrained(name)
     except Exception as err:
         raise BertologyError(f"could not load a tokenizer from {name!r} ({type(err).__name__}: {err})") from None
+
+
+def check_family(source: str, recipe: Recipe) -> None:
+    """A checkpoint or config of another family (a GPT-2 config for `--recipe bert-tiny`) is one clear error."""
+    if not Path(source).exists():
+        return  # a Hub id: transformers resolves (or refuses) it
+    config_file = Path(source) / "config.json" if Path(source).is_dir() else Path(source)
+    if not config_file.is_file():
+        raise BertologyError(f"{source}: no config.json (is it a model folder?)")
+    try:
+        model_type = json.loads(config_file.read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError) as err:
+        raise BertologyError(f"{config_file}: unreadable config ({err})") from None
+    if model_type != recipe.config.model_type:
+        raise BertologyError(
+            f"{source} is a {model_type!r} model but --recipe {recipe.name} trains {recipe.config.model_type!r}; "
+            "pass a checkpoint of the same family"
+        )
 
 
 def build_recipe(model_args: ModelArguments) -> Recipe:
@@ -174,6 +217,7 @@ def build_recipe(model_args: ModelArguments) -> Recipe:
     else:
         raise BertologyError("give --recipe NAME (or --model_name_or_path of a checkpoint written by hf_bertology)")
     if source:
+        check_family(source, recipe)
         recipe.config = recipe.spec.config_class.from_pretrained(source, **overrides)
     return recipe
 
@@ -203,6 +247,28 @@ def trainer_class(name: str) -> type:
     return getattr(importlib.import_module(f"{__package__}.{module}"), attribute)
 
 
+def resolve_resume(value: str | None, output_dir: str) -> str | None:
+    """`--resume_from_checkpoint`: a checkpoint folder, or `true`/`last` for the newest *complete* checkpoint in
+    output_dir (none yet: start from scratch, so one command line both starts and resumes a preemptible job)."""
+    if value is None or str(value).lower() in ("", "false", "none", "no"):
+        return None
+    if str(value).lower() in ("true", "last", "latest", "yes"):
+        checkpoint = last_complete_checkpoint(output_dir)
+        if checkpoint is None:
+            logger.warning("no complete checkpoint in %s yet: training from scratch", output_dir)
+            return None
+        logger.info("resuming from %s", checkpoint)
+        return str(checkpoint)
+    if not Path(value).is_dir():
+        raise BertologyError(f"--resume_from_checkpoint {value}: no such checkpoint folder")
+    if not is_complete_checkpoint(value):
+        raise BertologyError(
+            f"--resume_from_checkpoint {value}: the checkpoint is incomplete (its run was stopped while saving); "
+            "pass an earlier one or `last`"
+        )
+    return value
+
+
 def describe_corpus(data_args: DataArguments) -> str:
     if data_args.train_file:
         return ", ".join(f"`{Path(f).name}`" for f in data_args.train_file)
@@ -222,8 +288,11 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
 
     # -- recipe, with its training defaults wherever no flag was given ----------------------------------------
     recipe = build_recipe(model_args)
-    training_args = apply_defaults(training_args, {**PRETRAIN_DEFAULTS, **recipe.training_defaults}, explicit)
+    training_args = fit_warmup(
+        apply_defaults(training_args, {**PRETRAIN_DEFAULTS, **recipe.training_defaults}, explicit)
+    )
     max_seq_length = data_args.max_seq_length or recipe.max_seq_length
+    resume_from = resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
     set_seed(training_args.seed)
     if data_args.streaming and training_args.max_steps <= 0:
         raise BertologyError("--streaming needs --max_steps (a stream has no length)")
@@ -244,6 +313,8 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
 
     # -- tokenizer ------------------------------------------------------------------------------------------
     tokenizer_source = model_args.tokenizer_name or model_args.model_name_or_path
+    if tokenizer_source is None and resume_from and (Path(resume_from) / "tokenizer_config.json").is_file():
+        tokenizer_source = resume_from  # resuming: the tokenizer the checkpoint was trained with, not a new one
     if tokenizer_source:
         tokenizer = load_tokenizer(tokenizer_source)
     else:
@@ -303,6 +374,9 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
         eval_dataset = eval_dataset.select(range(min(data_args.max_eval_samples, len(eval_dataset))))
 
     # -- training -------------------------------------------------------------------------------------------
+    # `--push_to_hub` pushes the final Hub-format folder once, below; the Trainer's own pushes (every checkpoint,
+    # its generic model card) are turned off.
+    push_args, training_args.push_to_hub = copy.copy(training_args), False
     trainer = trainer_class(recipe.spec.trainer_class)(
         model=model,
         args=training_args,
@@ -314,7 +388,7 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
     )
     metrics: dict = {}
     if training_args.do_train or not training_args.do_eval:
-        result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+        result = trainer.train(resume_from_checkpoint=resume_from)
         metrics.update(result.metrics)
     if training_args.do_eval and eval_dataset is not None:
         eval_metrics = trainer.evaluate()
@@ -337,11 +411,15 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
             tokens_seen=int(trainer.state.num_input_tokens_seen or 0),
             final_losses=final_losses,
             plain_auto_class=recipe.spec.plain_auto_class,
+            repo_id=(push_args.hub_model_id or Path(output_dir).absolute().name) if push_args.push_to_hub else None,
         )
         metrics["tokens_seen"] = int(trainer.state.num_input_tokens_seen or 0)
         with open(os.path.join(output_dir, "all_results.json"), "w") as handle:
             json.dump(metrics, handle, indent=2)
         logger.info("wrote %s", output_dir)
+        commit_url = push_from_training_args(output_dir, push_args)
+        if commit_url:
+            logger.info("pushed to %s", commit_url)
     return metrics
 
 

@@ -11,14 +11,94 @@ Two things the stock Trainer does not do for pretraining objectives:
 2. **Component losses in the logs.** Every scalar the model returns besides `loss` (`mlm_loss`, `nsp_loss`,
    `mlm_accuracy`, ...) is averaged over the logging window (over processes too) and logged next to `loss`, and
    next to `eval_loss` as `eval_<name>`.
+
+And two things for long runs that are killed and resumed:
+
+3. **Exact resumption.** Our collators draw masks from torch's global RNG, which the Trainer saves in
+   `rng_state.pth`. But the dataloader collates a batch ahead (accelerate's `DataLoaderShard` prefetches one), so at
+   a checkpoint the next batch was already masked with an RNG state no checkpoint holds, and when resuming
+   mid-epoch the Trainer restores `rng_state.pth` only after collating again. We record the RNG state before each
+   collation, save the states of batches collated but not trained on (`collator_rng_state.pth`), and on resuming
+   replay them: those batches get their original masks, then the checkpoint's state is restored (python, numpy,
+   torch) before the next collation, exactly where the uninterrupted run stood. With `dataloader_num_workers=0`;
+   worker processes hold RNG states of their own that no checkpoint saves.
+4. **Complete checkpoints are marked.** The stock Trainer writes `checkpoint-N` file by
+file; a run killed in the middle leaves a folder that `get_last_checkpoint` picks and resuming fails on. Once every
+process has written its part, we add `checkpoint-N/COMPLETE_MARKER`; `last_complete_checkpoint` (what
+`--resume_from_checkpoint last` uses) skips folders without it.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import re
+from collections import deque
 from collections.abc import Mapping
+from pathlib import Path
 
 import torch
 from transformers import Trainer
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+COMPLETE_MARKER = "checkpoint_complete.json"
+_CHECKPOINT = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
+
+
+def is_complete_checkpoint(path: str | os.PathLike) -> bool:
+    """A checkpoint every process finished writing: it holds our marker, or (written by a plain Trainer, which
+    writes `trainer_state.json` last) a readable `trainer_state.json` next to weights."""
+    path = Path(path)
+    if (path / COMPLETE_MARKER).is_file():
+        return True
+    try:
+        json.loads((path / "trainer_state.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return any(path.glob("*.safetensors")) or (path / "pytorch_model.bin").is_file()
+
+
+def list_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
+    """`checkpoint-N` folders of `output_dir`, by step."""
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in output_dir.iterdir() if p.is_dir() and (m := _CHECKPOINT.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def last_complete_checkpoint(output_dir: str | os.PathLike) -> Path | None:
+    """The newest complete checkpoint in `output_dir` (unlike `transformers.trainer_utils.get_last_checkpoint`,
+    which returns the newest folder, finished or not). Where any checkpoint carries our marker, only marked ones
+    count; a folder without any marker is judged by `is_complete_checkpoint`."""
+    checkpoints = list_checkpoints(output_dir)
+    if any((p / COMPLETE_MARKER).is_file() for p in checkpoints):  # our run: only the marker counts
+        complete = [p for p in checkpoints if (p / COMPLETE_MARKER).is_file()]
+    else:
+        complete = [p for p in checkpoints if is_complete_checkpoint(p)]
+    return complete[-1] if complete else None
+
+
+class RngRecordingCollator:
+    """Wraps a collator: records torch's RNG state before each call (the last few), and can replay states
+    (`replay`: callables run one before each call) so that batches collated before a checkpoint are collated
+    again with the same masks after resuming."""
+
+    def __init__(self, collator, keep: int = 8):
+        self.collator = collator
+        self.history: deque[torch.Tensor] = deque(maxlen=keep)
+        self.calls = 0
+        self.replay: list = []
+
+    def __call__(self, features):
+        if self.replay:
+            self.replay.pop(0)()
+        self.history.append(torch.get_rng_state())
+        self.calls += 1
+        return self.collator(features)
+
+    def __getattr__(self, name):  # the Trainer and callers read attributes of the wrapped collator
+        return getattr(self.__dict__["collator"], name)
 
 
 def is_count_key(key: str) -> bool:
@@ -30,6 +110,20 @@ class BertologyTrainer(Trainer):
         super().__init__(*args, **kwargs)
         self._components: dict[str, dict[str, list[torch.Tensor]]] = {"train": {}, "eval": {}}
         self._first_step: int | None = None
+        self._batches_trained = 0
+        self._replaying = False  # resuming mid-epoch: the collator restores the RNG, the Trainer must not again
+        # The training dataloader's collator, wrapped (evaluation batches must not count).
+        self._recorder = RngRecordingCollator(self.data_collator) if self.data_collator is not None else None
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
+        if resume_from_checkpoint is True:  # the newest *complete* checkpoint, not merely the newest folder
+            resume_from_checkpoint = last_complete_checkpoint(self.args.output_dir)
+            if resume_from_checkpoint is None:
+                raise ValueError(f"No complete checkpoint found in output directory ({self.args.output_dir})")
+        resume_from_checkpoint = str(resume_from_checkpoint) if resume_from_checkpoint else None
+        if resume_from_checkpoint and self._recorder is not None:
+            self._arm_replay(resume_from_checkpoint)
+        return super().train(resume_from_checkpoint, *args, **kwargs)
 
     # -- 1. counts per objective -----------------------------------------------------------------------------
     def _get_num_items_in_batch(self, batch_samples: list, device: torch.device):
@@ -52,6 +146,63 @@ class BertologyTrainer(Trainer):
         if self.args.average_tokens_across_devices and self.args.world_size > 1:
             counts = self.accelerator.gather(counts[None]).sum(0)
         return dict(zip(keys, counts))
+
+    # -- 3. exact resumption ---------------------------------------------------------------------------------
+    def _arm_replay(self, checkpoint: str) -> None:
+        state_file = Path(checkpoint) / f"collator_rng_state_{self.args.process_index}.pth"
+        pending = torch.load(state_file, weights_only=True) if state_file.is_file() else []
+        actions = [lambda state=state: torch.set_rng_state(state) for state in pending]
+        actions.append(lambda: Trainer._load_rng_state(self, checkpoint))
+        self._recorder.replay = actions
+        self._replaying = True
+
+    def get_train_dataloader(self):
+        if self._recorder is None or self._recorder.collator is not self.data_collator:
+            self._recorder = RngRecordingCollator(self.data_collator) if self.data_collator is not None else None
+        collator, self.data_collator = self.data_collator, self._recorder or self.data_collator
+        try:
+            return super().get_train_dataloader()
+        finally:
+            self.data_collator = collator
+
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        batch_samples, num_items = super().get_batch_samples(epoch_iterator, num_batches, device)
+        self._batches_trained += len(batch_samples)
+        return batch_samples, num_items
+
+    def _load_rng_state(self, checkpoint) -> None:
+        collator = self._recorder
+        if self._replaying and collator is not None:
+            self._replaying = False
+            if not collator.replay:  # mid-epoch, after the first collation: the replay has restored it already
+                return
+            collator.replay = []  # at an epoch start, before any collation: the Trainer's restore is right
+        super()._load_rng_state(checkpoint)
+
+    def _save_collator_rng(self, folder: Path) -> None:
+        collator = self._recorder
+        if collator is None or self.args.dataloader_num_workers > 0 or not folder.is_dir():
+            return
+        ahead = collator.calls - self._batches_trained  # collated, not yet trained on
+        pending = list(collator.history)[-ahead:] if 0 < ahead <= len(collator.history) else []
+        torch.save(pending, folder / f"collator_rng_state_{self.args.process_index}.pth")
+
+    # -- 4. complete checkpoints are marked -----------------------------------------------------------------
+    def _save_checkpoint(self, model, trial) -> None:
+        super()._save_checkpoint(model, trial)
+        folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        self._save_collator_rng(folder)
+        # Every process has written its files (model shards, its RNG state) before the marker goes in.
+        self.accelerator.wait_for_everyone()
+        if self.args.should_save:
+            if folder.is_dir():
+                marker = folder / COMPLETE_MARKER
+                tmp = marker.with_suffix(".tmp")
+                with open(tmp, "w") as handle:
+                    json.dump({"global_step": self.state.global_step, "world_size": self.args.world_size}, handle)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                os.replace(tmp, marker)  # atomic: the marker is there whole or not at all
 
     # -- 2. component losses ---------------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):

@@ -1,0 +1,68 @@
+"""Helpers shared by the platform tests (Hub, multi-process, resume, hostile input, streaming)."""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+from pathlib import Path
+
+import hf_bertology as hb
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src"
+WORDS = (
+    "the a cat dog bird fish tree house river mountain city people time year day way man woman child world life "
+    "hand part place case week company system program question work number night point home water room mother area "
+    "money story fact month lot right study book eye job word business side kind head friend father power hour game "
+    "runs walked sings is was has made said went saw took came looked wanted gave used found big small old new good"
+).split()
+
+
+def write_corpus(path: Path, n_docs: int = 40, seed: int = 0) -> Path:
+    """Plain text: blank-line-separated documents of 3-8 sentences of random words."""
+    rng = random.Random(seed)
+    documents = []
+    for _ in range(n_docs):
+        sentences = [
+            " ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 14))).capitalize() + "."
+            for _ in range(rng.randint(3, 8))
+        ]
+        documents.append(" ".join(sentences))
+    path.write_text("\n\n".join(documents) + "\n", encoding="utf-8")
+    return path
+
+
+def tiny_recipes() -> list[str]:
+    """`<variant>-tiny` for every variant family this checkout has (new families join automatically)."""
+    return [f"{variant}-tiny" for variant in hb.VARIANTS if f"{variant}-tiny" in hb.PRESETS]
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """The environment for a child Python: our `src` first on the path, one thread, no network."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("HF_", "HUGGINGFACE_"))}
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        TOKENIZERS_PARALLELISM="false",
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        HF_HUB_DISABLE_TELEMETRY="1",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
+
+
+def pretrain_argv(recipe: str, train_file: Path, output_dir: Path, *extra: str) -> list[str]:
+    """`bertology pretrain` flags for a tiny, fast, deterministic run of `recipe`."""
+    return [
+        "--recipe", recipe, "--train_file", str(train_file), "--output_dir", str(output_dir),
+        "--vocab_size", "300", "--per_device_train_batch_size", "4", "--seed", "0",
+        "--logging_steps", "1", "--report_to", "none", "--dataloader_num_workers", "0",
+        "--use_cpu", "true", *extra,
+    ]  # fmt: skip
+
+
+PYTHON = sys.executable

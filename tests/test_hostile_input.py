@@ -1,0 +1,146 @@
+"""Hostile input through `hf_bertology.cli.main([...])`: one `error:` line and exit status 2 (or the input is
+handled), never a hang or a traceback wall; files already in the output folder survive. (Malformed GLUE TSVs are
+covered next to the GLUE reader, tests/test_glue.py.)"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+
+import pytest
+from transformers import GPT2Config
+
+from hf_bertology import cli
+from hf_bertology.data import corpus as corpus_module
+from platform_support import WORDS, pretrain_argv, write_corpus
+
+
+@pytest.fixture(autouse=True)
+def fresh_log_handler():
+    """`set_verbosity` binds its handler to the sys.stderr of the first call: under capsys, a closed stream."""
+    logger = logging.getLogger("hf_bertology")
+    saved = logger.handlers[:]
+    logger.handlers.clear()
+    yield
+    logger.handlers[:] = saved
+
+
+def run(argv: list[str], capsys) -> tuple[int, str]:
+    status = cli.main(["pretrain", *argv])
+    return status, capsys.readouterr().err
+
+
+def assert_one_error(status: int, err: str, *needles: str) -> None:
+    assert status == 2, err[-2000:]
+    assert "Traceback" not in err, err[-2000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: "), last
+    for needle in needles:
+        assert needle in last, last
+
+
+@pytest.fixture
+def out(tmp_path):
+    """An output folder that already holds a user's file: no failure may remove it."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("keep me")
+    yield folder
+    assert (folder / "notes.txt").read_text() == "keep me"
+
+
+def test_mixed_encodings_name_the_file_and_byte(tmp_path, out, capsys):
+    data = tmp_path / "data"
+    data.mkdir()
+    write_corpus(data / "a.txt", n_docs=5)
+    good = "Ein schöner Satz über Käse.\n".encode()
+    (data / "b.txt").write_bytes(good * 3 + "Un café très français.\n".encode("latin-1"))
+    status, err = run(pretrain_argv("bert-tiny", data, out, "--max_steps", "1"), capsys)
+    assert_one_error(status, err, "b.txt", "not valid UTF-8", f"byte {len(good) * 3 + 6}")
+
+
+def test_nul_bytes_are_refused_as_binary(tmp_path, out, capsys):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(b"Some text.\n\x00\x00\x01binary junk\n")
+    status, err = run(pretrain_argv("bert-tiny", corpus, out, "--max_steps", "1"), capsys)
+    assert_one_error(status, err, "binary", "NUL")
+
+
+def test_unreadable_file_in_a_directory(tmp_path, out, capsys, monkeypatch):
+    data = tmp_path / "data"
+    data.mkdir()
+    write_corpus(data / "a.txt", n_docs=5)
+    locked = write_corpus(data / "locked.txt", n_docs=5)
+    locked.chmod(0)
+    if os.access(locked, os.R_OK):  # root reads anything: simulate the permission check failing for this file
+        real_access = os.access
+        monkeypatch.setattr(
+            corpus_module.os, "access", lambda p, mode: False if str(p) == str(locked) else real_access(p, mode)
+        )
+    status, err = run(pretrain_argv("bert-tiny", data, out, "--max_steps", "1"), capsys)
+    locked.chmod(0o644)
+    assert_one_error(status, err, "locked.txt", "permission denied")
+
+
+def test_empty_corpus_of_100k_empty_documents(tmp_path, out, capsys):
+    corpus = tmp_path / "empty.txt"
+    corpus.write_text("\n \n\t\n" * 100_000)
+    status, err = run(pretrain_argv("bert-tiny", corpus, out, "--max_steps", "1"), capsys)
+    assert_one_error(status, err, "empty")
+
+
+def test_100k_empty_documents_among_real_ones_are_skipped(tmp_path, capsys):
+    corpus = write_corpus(tmp_path / "corpus.txt", n_docs=20)
+    with open(corpus, "a") as handle:
+        handle.write("\n\n" * 100_000)
+    write_corpus(tmp_path / "more.txt", n_docs=20)
+    with open(corpus, "a") as handle:
+        handle.write((tmp_path / "more.txt").read_text())
+    status, err = run(pretrain_argv("bert-tiny", corpus, tmp_path / "out", "--max_steps", "1"), capsys)
+    assert status == 0, err[-3000:]
+    assert (tmp_path / "out" / "model.safetensors").is_file()
+
+
+def long_line(n_chars: int) -> str:
+    rng = random.Random(0)
+    words = []
+    total = 0
+    while total < n_chars:
+        word = rng.choice(WORDS)
+        words.append(word)
+        total += len(word) + 1
+    return " ".join(words)
+
+
+@pytest.mark.parametrize("megabytes", [pytest.param(2, id="2MB"), pytest.param(50, id="50MB", marks=pytest.mark.slow)])
+def test_a_huge_line_is_cut_into_pieces(tmp_path, megabytes, capsys):
+    corpus = write_corpus(tmp_path / "corpus.txt", n_docs=10)
+    with open(corpus, "a") as handle:
+        handle.write("\n" + long_line(megabytes * 1_000_000) + "\n")
+    argv = pretrain_argv(
+        "roberta-tiny", corpus, tmp_path / "out", "--max_steps", "1", "--tokenizer_train_samples", "10"
+    )
+    status, err = run(argv, capsys)
+    assert status == 0, err[-3000:]
+    assert (tmp_path / "out" / "model.safetensors").is_file()
+
+
+def test_config_of_another_family(tmp_path, out, capsys):
+    gpt2 = tmp_path / "gpt2"
+    GPT2Config(n_layer=1, n_embd=32, n_head=4, vocab_size=300).save_pretrained(gpt2)
+    corpus = write_corpus(tmp_path / "corpus.txt", n_docs=5)
+    argv = pretrain_argv("bert-tiny", corpus, out, "--max_steps", "1", "--model_name_or_path", str(gpt2))
+    status, err = run(argv, capsys)
+    assert_one_error(status, err, "'gpt2'", "bert-tiny", "'bert'")
+
+
+def test_checkpoint_without_tokenizer(tmp_path, out, capsys):
+    corpus = write_corpus(tmp_path / "corpus.txt", n_docs=20)
+    first = tmp_path / "first"
+    assert run(pretrain_argv("bert-tiny", corpus, first, "--max_steps", "1"), capsys)[0] == 0
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        (first / name).unlink(missing_ok=True)
+    argv = pretrain_argv("bert-tiny", corpus, out, "--max_steps", "1", "--model_name_or_path", str(first))
+    status, err = run(argv, capsys)
+    assert_one_error(status, err, "holds no tokenizer", "--tokenizer_name")

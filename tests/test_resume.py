@@ -1,0 +1,156 @@
+"""Kill and resume: `bertology pretrain` killed with SIGKILL after a checkpoint, resumed with
+`--resume_from_checkpoint last`, ends with the weights of an uninterrupted run (CPU, same seed): the data order,
+the masking RNG (torch's global RNG, saved in rng_state.pth) and the optimizer all come back. A checkpoint cut off
+while being written is never picked."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import hf_bertology as hb
+from hf_bertology import cli
+from hf_bertology.training.trainer import COMPLETE_MARKER, last_complete_checkpoint, list_checkpoints
+from platform_support import PYTHON, REPO, pretrain_argv, subprocess_env, tiny_recipes, write_corpus
+
+MAX_STEPS, SAVE_STEPS = 40, 5
+KILL_SEED = 1234
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """The child runs with one thread: so do the in-process runs, so all three sum in the same order."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def flags(*extra: str) -> list[str]:
+    return ["--max_steps", str(MAX_STEPS), "--save_steps", str(SAVE_STEPS), "--save_total_limit", "3", *extra]
+
+
+def kill_after_checkpoint(argv: list[str], output_dir: Path, step: int, timeout: float = 300) -> int:
+    """Run `bertology pretrain argv` in a child; SIGKILL it as soon as checkpoint `step` is complete."""
+    child = subprocess.Popen(
+        [PYTHON, "-m", "hf_bertology", "pretrain", *argv],
+        env=subprocess_env(),
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    marker = output_dir / f"checkpoint-{step}" / COMPLETE_MARKER
+    deadline = time.monotonic() + timeout
+    try:
+        while not marker.exists() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        child.send_signal(signal.SIGKILL)
+        _, stderr = child.communicate(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=30)
+    assert marker.exists(), f"checkpoint-{step} never completed: {stderr.decode()[-3000:]}"
+    return child.returncode
+
+
+def fake_partial_checkpoint(source: Path, target: Path) -> None:
+    """What a kill during `_save_checkpoint` leaves: some files, the weights cut short, no state, no marker."""
+    target.mkdir(exist_ok=True)
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(source / name, target / name)
+    weights = (target / "model.safetensors").read_bytes()
+    (target / "model.safetensors").write_bytes(weights[: len(weights) // 2])
+    for name in (COMPLETE_MARKER, "trainer_state.json", "optimizer.pt", "rng_state.pth"):
+        (target / name).unlink(missing_ok=True)
+
+
+def run_kill_and_resume(recipe: str, tmp_path: Path, *extra: str) -> None:
+    corpus = write_corpus(tmp_path / "corpus.txt", n_docs=60)
+    reference, killed = tmp_path / "reference", tmp_path / "killed"
+    # One tokenizer for both runs: training one is not deterministic across processes (tokenizers orders tied
+    # symbols arbitrarily), and the point here is the Trainer state. Resuming reuses the checkpoint's tokenizer.
+    tokenizer_dir = tmp_path / "tokenizer"
+    hb.get_recipe(recipe).train_tokenizer([corpus.read_text()], vocab_size=300).save_pretrained(tokenizer_dir)
+    extra = ("--tokenizer_name", str(tokenizer_dir), *extra)
+    assert cli.main(["pretrain", *pretrain_argv(recipe, corpus, reference, *flags(*extra))]) == 0
+
+    step = random.Random(KILL_SEED).choice(range(SAVE_STEPS, MAX_STEPS // 2 + 1, SAVE_STEPS))
+    returncode = kill_after_checkpoint(pretrain_argv(recipe, corpus, killed, *flags(*extra)), killed, step)
+    assert returncode == -signal.SIGKILL
+    assert not (killed / "model.safetensors").exists()  # it died before the end
+    last = last_complete_checkpoint(killed)
+    assert last is not None and int(last.name.split("-")[1]) >= step
+    # The kill may also have hit a save: make sure the newest folder is a half-written one.
+    partial = killed / f"checkpoint-{int(last.name.split('-')[1]) + SAVE_STEPS}"
+    fake_partial_checkpoint(last, partial)
+    assert list_checkpoints(killed)[-1] == partial and last_complete_checkpoint(killed) == last
+
+    resumed_argv = pretrain_argv(recipe, corpus, killed, *flags(*extra, "--resume_from_checkpoint", "last"))
+    assert cli.main(["pretrain", *resumed_argv]) == 0
+    state = json.loads((killed / f"checkpoint-{MAX_STEPS}" / "trainer_state.json").read_text())
+    assert state["global_step"] == MAX_STEPS
+
+    expected, got = load_file(reference / "model.safetensors"), load_file(killed / "model.safetensors")
+    assert expected.keys() == got.keys()
+    different = [k for k in expected if not torch.equal(expected[k], got[k])]
+    assert not different, f"{len(different)} tensors differ after resuming from {last.name}, e.g. {different[:3]}"
+
+
+def test_kill_and_resume_equals_an_uninterrupted_run(tmp_path):
+    run_kill_and_resume(tiny_recipes()[0], tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", tiny_recipes())
+@pytest.mark.parametrize(
+    "workers",
+    [
+        "0",
+        pytest.param(
+            "1",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="known limitation: a DataLoader worker masks with its own RNG (seeded per epoch from the main "
+                "one), whose state no checkpoint holds; the resumed run is statistically, not bitwise, the same",
+            ),
+        ),
+    ],
+)
+def test_kill_and_resume_every_variant(recipe, workers, tmp_path):
+    run_kill_and_resume(recipe, tmp_path, "--dataloader_num_workers", workers)
+
+
+def test_last_checkpoint_skips_unfinished_ones(tmp_path):
+    assert last_complete_checkpoint(tmp_path / "missing") is None
+    for step in (2, 4, 10):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+    (tmp_path / "checkpoint-4" / "trainer_state.json").write_text("{}")
+    (tmp_path / "checkpoint-4" / "model.safetensors").write_bytes(b"x")
+    (tmp_path / "checkpoint-10" / "trainer_state.json").write_text('{"global_st')  # cut off mid-write
+    (tmp_path / "checkpoint-x").mkdir()
+    # No markers anywhere (a plain Trainer's folder): a readable trainer_state.json next to weights counts.
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["checkpoint-2", "checkpoint-4", "checkpoint-10"]
+    assert last_complete_checkpoint(tmp_path).name == "checkpoint-4"
+    # Once our marker is in use, only marked folders count.
+    (tmp_path / "checkpoint-2" / COMPLETE_MARKER).write_text("{}")
+    assert last_complete_checkpoint(tmp_path).name == "checkpoint-2"
+
+
+def test_resume_from_an_incomplete_checkpoint_is_one_error(tmp_path, capsys):
+    corpus = write_corpus(tmp_path / "corpus.txt", n_docs=5)
+    (tmp_path / "out" / "checkpoint-3").mkdir(parents=True)
+    argv = pretrain_argv("bert-tiny", corpus, tmp_path / "out", "--resume_from_checkpoint")
+    assert cli.main(["pretrain", *argv, str(tmp_path / "out" / "checkpoint-3")]) == 2
+    assert "incomplete" in capsys.readouterr().err
+    assert cli.main(["pretrain", *argv, str(tmp_path / "nowhere")]) == 2
+    assert "no such checkpoint" in capsys.readouterr().err
