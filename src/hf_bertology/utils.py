@@ -7,6 +7,7 @@ names the culprit; the command line prints that line and exits with status 2 ins
 from __future__ import annotations
 
 import logging
+import sys
 
 logger = logging.getLogger("hf_bertology")
 
@@ -15,10 +16,22 @@ class BertologyError(Exception):
     """A user-facing error: one clear line, no traceback on the command line."""
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever `sys.stderr` is at the time (pytest and notebooks swap it), not the one at set-up."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):  # StreamHandler.__init__ assigns it; the property always follows sys.stderr
+        pass
+
+
 def set_verbosity(level: int = logging.INFO) -> None:
-    """Log our messages (and transformers') at ``level`` to stderr, once."""
+    """Log our messages at ``level`` to stderr, once."""
     if not logger.handlers:
-        handler = logging.StreamHandler()
+        handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
         logger.addHandler(handler)
     logger.setLevel(level)

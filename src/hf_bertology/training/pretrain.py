@@ -18,6 +18,7 @@ import importlib
 import json
 import math
 import os
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -326,8 +327,16 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
                 if isinstance(corpus, datasets.Dataset)
                 else (row["text"] for row in corpus.take(limit))
             )
+        # One process trains and saves; the others load its files: `tokenizers` breaks ties between equally
+        # frequent merges differently from run to run, so ranks that each trained their own would disagree.
+        shared = Path(training_args.output_dir) / "tokenizer-trained"
         with training_args.main_process_first(desc="training the tokenizer"):
-            tokenizer = recipe.train_tokenizer(texts, model_args.vocab_size)
+            if training_args.process_index == 0:
+                tokenizer = recipe.train_tokenizer(texts, model_args.vocab_size)
+                if training_args.world_size > 1:
+                    tokenizer.save_pretrained(shared)
+            else:
+                tokenizer = load_tokenizer(str(shared))
     if model_args.model_name_or_path is None:
         recipe.adapt_to_tokenizer(tokenizer)
     elif len(tokenizer) > recipe.config.vocab_size:
@@ -399,6 +408,7 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
     if trainer.is_world_process_zero():
         output_dir = training_args.output_dir
         save_folder(trainer.model, tokenizer, output_dir)
+        shutil.rmtree(Path(output_dir) / "tokenizer-trained", ignore_errors=True)  # the ranks' hand-over copy
         train_logs = [log for log in trainer.state.log_history if "loss" in log]
         final_losses = {k: v for k, v in (train_logs[-1] if train_logs else {}).items() if k.endswith("loss")}
         write_model_card(
