@@ -151,3 +151,29 @@ def test_pretrain_push_to_hub_then_load_in_a_fresh_process(hub, tmp_path):
         assert result["class"].startswith("transformers_modules.") == result["remote"], result
     downloads = {path for method, path in hub.requests if "/resolve/" in path}
     assert any(path.endswith("/model.safetensors") for path in downloads)
+
+
+def test_glue_push_to_hub(hub, folder, tmp_path):
+    """`bertology glue --push_to_hub` pushes the fine-tuned folder once, at the end."""
+    task_dir = tmp_path / "SST-2"
+    task_dir.mkdir()
+    rows = "".join(f"{'a good film' if i % 2 else 'a bad film'}\t{i % 2}\n" for i in range(16))
+    for split in ("train", "dev"):
+        (task_dir / f"{split}.tsv").write_text("sentence\tlabel\n" + rows)
+    argv = [
+        "glue", "--model_name_or_path", str(folder), "--task_name", "sst2", "--data_dir", str(task_dir),
+        "--output_dir", str(tmp_path / "out"), "--max_steps", "2", "--per_device_train_batch_size", "4",
+        "--do_train", "--do_eval", "--report_to", "none", "--push_to_hub", "--hub_model_id", "tester/glue-sst2",
+        "--save_strategy", "no", "--disable_tqdm", "true",
+    ]  # fmt: skip
+    env = subprocess_env(HF_ENDPOINT=hub.url, HF_HUB_DISABLE_XET="1", HF_HOME=str(tmp_path / "hf"), HF_TOKEN=TOKEN)
+    script = "import json, sys\nfrom hf_bertology import cli\nassert cli.main(json.loads(sys.argv[1])) == 0\n"
+    done = subprocess.run(
+        [PYTHON, "-c", script, json.dumps(argv)], env=env, capture_output=True, text=True, timeout=600, cwd=REPO
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    files = set(hub.repos["tester/glue-sst2"].head["files"])
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= files
+    assert json.loads(hub.read_file("tester/glue-sst2", "config.json"))["architectures"] == [
+        "BertForSequenceClassification"
+    ]

@@ -36,7 +36,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from ..utils import BertologyError
-from .base import SEQUENCE_KEYS, RandomSource, pad_features, special_ids, word_start_table
+from .base import RandomSource, pad_features, special_ids, word_start_table
 
 # Keys of the features that are bookkeeping for the data order, not model inputs.
 DROPPED_KEYS = ("stream_position",)
@@ -179,21 +179,8 @@ class DataCollatorForPermutationLM:
         return self.mask_beta / self.mask_alpha
 
     def pad(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        """`pad_features` (left padding), with a fast path for equal lengths (XLNet's fixed-length segments)."""
-        length = len(features[0]["input_ids"])
-        same = all(len(f["input_ids"]) == length for f in features)
-        if not same or (self.pad_to_multiple_of and length % self.pad_to_multiple_of):
-            return pad_features(features, self.tokenizer.pad_token_id, self.pad_to_multiple_of, padding_side="left")
-        batch = {
-            key: torch.from_numpy(np.array([f[key] for f in features], dtype=np.int64))
-            for key in SEQUENCE_KEYS
-            if key in features[0]
-        }
-        batch["attention_mask"] = torch.ones(len(features), length, dtype=torch.long)
-        for key in features[0]:
-            if key not in SEQUENCE_KEYS:
-                batch[key] = torch.tensor([f[key] for f in features])
-        return batch
+        """`pad_features` with left padding, as XLNet's tokenizer pads."""
+        return pad_features(features, self.tokenizer.pad_token_id, self.pad_to_multiple_of, padding_side="left")
 
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         if not features:

@@ -18,6 +18,7 @@ the network unless ``--dataset_name`` asks for the Hub.
 
 from __future__ import annotations
 
+import copy
 import csv
 import json
 import os
@@ -31,6 +32,7 @@ from typing import Any
 import datasets
 import numpy as np
 
+from ..hub import push_from_training_args
 from ..utils import BertologyError, logger, set_verbosity
 
 GLUE_METRIC_PATH = str(Path(__file__).resolve().parent / "metrics" / "glue")
@@ -802,6 +804,9 @@ def run_task(model_args: ModelArguments, data_args: DataTrainingArguments, train
                 "eps": training_args.adam_epsilon,
             },
         )
+    # `--push_to_hub` pushes the fine-tuned folder once at the end (hub.push_from_training_args), not every checkpoint.
+    push_args = copy.copy(training_args)
+    training_args.push_to_hub = False
     trainer = Trainer(
         model=model,
         args=training_args,
@@ -848,6 +853,8 @@ def run_task(model_args: ModelArguments, data_args: DataTrainingArguments, train
         if trainer.is_world_process_zero():
             write_submission(path, indices, predictions, task)
             logger.info(f"wrote {path}")
+    if training_args.do_train and trainer.is_world_process_zero():
+        push_from_training_args(training_args.output_dir, push_args)
     return all_metrics
 
 
