@@ -166,7 +166,9 @@ def test_glue_push_to_hub(hub, folder, tmp_path):
         "--do_train", "--do_eval", "--report_to", "none", "--push_to_hub", "--hub_model_id", "tester/glue-sst2",
         "--save_strategy", "no", "--disable_tqdm", "true",
     ]  # fmt: skip
-    env = subprocess_env(HF_ENDPOINT=hub.url, HF_HUB_DISABLE_XET="1", HF_HOME=str(tmp_path / "hf"), HF_TOKEN=TOKEN)
+    env = subprocess_env(
+        HF_ENDPOINT=hub.url, HF_HUB_DISABLE_XET="1", HF_HOME=str(tmp_path / "hf"), HF_TOKEN=TOKEN, HF_HUB_OFFLINE="0"
+    )
     script = "import json, sys\nfrom hf_bertology import cli\nassert cli.main(json.loads(sys.argv[1])) == 0\n"
     done = subprocess.run(
         [PYTHON, "-c", script, json.dumps(argv)], env=env, capture_output=True, text=True, timeout=600, cwd=REPO
