@@ -153,3 +153,24 @@ def test_continue_from_checkpoint_without_recipe(tmp_path, corpus_file):
     )
     assert metrics["train_loss"] > 0
     assert json.loads((second / "config.json").read_text())["model_type"] == "roberta"
+
+
+def test_saved_tokenizer_knows_the_models_length(tmp_path, corpus_file):
+    """Downstream `truncation=True` (GLUE's default length is 128) must fit a 64-position tiny model."""
+    out = tmp_path / "tiny"
+    main(
+        [
+            "--recipe",
+            "roberta-tiny",
+            "--train_file",
+            str(corpus_file),
+            "--output_dir",
+            str(out),
+            "--vocab_size",
+            "300",
+            *FAST,
+        ]
+    )
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    config = json.loads((out / "config.json").read_text())
+    assert tokenizer.model_max_length == config["max_position_embeddings"] - config["pad_token_id"] - 1 == 64

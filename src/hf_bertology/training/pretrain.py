@@ -223,11 +223,14 @@ def build_recipe(model_args: ModelArguments) -> Recipe:
     return recipe
 
 
+NO_POSITION_TABLE = 1 << 30  # `max_positions` of a model with relative positions (XLNet)
+
+
 def max_positions(config) -> int:
     """How many tokens the model's position table holds (RoBERTa's starts after the padding index)."""
     limit = getattr(config, "max_position_embeddings", None)
     if limit is None or limit <= 0:  # relative positions (XLNet): no table
-        return 1 << 30
+        return NO_POSITION_TABLE
     offset = config.pad_token_id + 1 if config.model_type == "roberta" and config.pad_token_id is not None else 0
     return limit - offset
 
@@ -344,6 +347,9 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
             f"the tokenizer has {len(tokenizer)} tokens but the checkpoint's vocabulary only {recipe.config.vocab_size}"
         )
     collator = recipe.build_collator(tokenizer)  # fails early on a tokenizer without a mask token
+    if max_positions(recipe.config) < min(tokenizer.model_max_length, NO_POSITION_TABLE):
+        # saved with the checkpoint: `truncation=True` downstream (GLUE, pipelines) then fits the position table
+        tokenizer.model_max_length = max_positions(recipe.config)
     check_lengths(recipe.config, max_seq_length)
 
     # -- model ----------------------------------------------------------------------------------------------
