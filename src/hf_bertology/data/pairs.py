@@ -113,6 +113,40 @@ def nsp_batch(
     return out
 
 
+def map_segment_pairs(
+    tokenized: datasets.Dataset | datasets.IterableDataset,
+    tokenizer: PreTrainedTokenizerBase,
+    batch_function,
+    features: datasets.Features,
+    name: str,
+    max_seq_length: int,
+    num_proc: int | None = None,
+    **options,
+) -> datasets.Dataset | datasets.IterableDataset:
+    """Run a `[CLS] A [SEP] B [SEP]` example builder over a tokenized corpus: batched `map` of 1,000 documents,
+    with indices (each batch seeds its own generator), cached and parallel for a `Dataset`, lazy for a stream."""
+    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
+        raise BertologyError(f"{name} need [CLS] and [SEP] tokens; {type(tokenizer).__name__} lacks one")
+    if max_seq_length < 5:
+        raise BertologyError(f"max_seq_length must be at least 5 for {name}, got {max_seq_length}")
+    kwargs = {
+        "batched": True,
+        "batch_size": 1000,
+        "with_indices": True,
+        "remove_columns": tokenized.column_names,
+        "features": features,
+        "fn_kwargs": {
+            "cls_id": tokenizer.cls_token_id,
+            "sep_id": tokenizer.sep_token_id,
+            "max_seq_length": max_seq_length,
+            **options,
+        },
+    }
+    if isinstance(tokenized, datasets.Dataset):
+        kwargs.update(num_proc=num_proc, desc=name)
+    return tokenized.map(batch_function, **kwargs)
+
+
 def build_nsp_pairs(
     tokenized: datasets.Dataset | datasets.IterableDataset,
     tokenizer: PreTrainedTokenizerBase,
@@ -123,28 +157,18 @@ def build_nsp_pairs(
     num_proc: int | None = None,
 ) -> datasets.Dataset | datasets.IterableDataset:
     """NSP examples (`input_ids`, `token_type_ids`, `word_starts`, `next_sentence_label`) from a tokenized corpus."""
-    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
-        raise BertologyError(f"NSP pairs need [CLS] and [SEP] tokens; {type(tokenizer).__name__} lacks one")
-    if max_seq_length < 5:
-        raise BertologyError(f"max_seq_length must be at least 5 for sentence pairs, got {max_seq_length}")
-    kwargs = {
-        "batched": True,
-        "batch_size": 1000,
-        "with_indices": True,
-        "remove_columns": tokenized.column_names,
-        "features": PAIR_FEATURES,
-        "fn_kwargs": {
-            "cls_id": tokenizer.cls_token_id,
-            "sep_id": tokenizer.sep_token_id,
-            "max_seq_length": max_seq_length,
-            "short_seq_prob": short_seq_prob,
-            "random_next_prob": random_next_prob,
-            "seed": seed,
-        },
-    }
-    if isinstance(tokenized, datasets.Dataset):
-        kwargs.update(num_proc=num_proc, desc="NSP segment pairs")
-    return tokenized.map(nsp_batch, **kwargs)
+    return map_segment_pairs(
+        tokenized,
+        tokenizer,
+        nsp_batch,
+        PAIR_FEATURES,
+        "NSP segment pairs",
+        max_seq_length,
+        num_proc,
+        short_seq_prob=short_seq_prob,
+        random_next_prob=random_next_prob,
+        seed=seed,
+    )
 
 
 # -- ALBERT: sentence-order prediction ---------------------------------------------------------------------------
@@ -233,25 +257,15 @@ def build_sop_pairs(
     of the official random-document negative, so every pair is a true SOP pair; and the pair is truncated before
     the swap, so a swapped example is exactly its unswapped pair reversed.
     """
-    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
-        raise BertologyError(f"SOP pairs need [CLS] and [SEP] tokens; {type(tokenizer).__name__} lacks one")
-    if max_seq_length < 5:
-        raise BertologyError(f"max_seq_length must be at least 5 for sentence pairs, got {max_seq_length}")
-    kwargs = {
-        "batched": True,
-        "batch_size": 1000,
-        "with_indices": True,
-        "remove_columns": tokenized.column_names,
-        "features": SOP_FEATURES,
-        "fn_kwargs": {
-            "cls_id": tokenizer.cls_token_id,
-            "sep_id": tokenizer.sep_token_id,
-            "max_seq_length": max_seq_length,
-            "short_seq_prob": short_seq_prob,
-            "swap_prob": swap_prob,
-            "seed": seed,
-        },
-    }
-    if isinstance(tokenized, datasets.Dataset):
-        kwargs.update(num_proc=num_proc, desc="SOP segment pairs")
-    return tokenized.map(sop_batch, **kwargs)
+    return map_segment_pairs(
+        tokenized,
+        tokenizer,
+        sop_batch,
+        SOP_FEATURES,
+        "SOP segment pairs",
+        max_seq_length,
+        num_proc,
+        short_seq_prob=short_seq_prob,
+        swap_prob=swap_prob,
+        seed=seed,
+    )

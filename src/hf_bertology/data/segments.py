@@ -21,7 +21,7 @@ import random
 import datasets
 from transformers import PreTrainedTokenizerBase
 
-from ..utils import BertologyError
+from .pairs import map_segment_pairs
 
 SEGMENT_FEATURES = datasets.Features(
     {
@@ -96,23 +96,6 @@ def build_electra_segments(
     num_proc: int | None = None,
 ) -> datasets.Dataset | datasets.IterableDataset:
     """ELECTRA examples (`input_ids`, `token_type_ids`, `word_starts`) from a tokenized corpus."""
-    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
-        raise BertologyError(f"ELECTRA examples need [CLS] and [SEP] tokens; {type(tokenizer).__name__} lacks one")
-    if max_seq_length < 5:
-        raise BertologyError(f"max_seq_length must be at least 5 for ELECTRA examples, got {max_seq_length}")
-    kwargs = {
-        "batched": True,
-        "batch_size": 1000,
-        "with_indices": True,
-        "remove_columns": tokenized.column_names,
-        "features": SEGMENT_FEATURES,
-        "fn_kwargs": {
-            "cls_id": tokenizer.cls_token_id,
-            "sep_id": tokenizer.sep_token_id,
-            "max_seq_length": max_seq_length,
-            "seed": seed,
-        },
-    }
-    if isinstance(tokenized, datasets.Dataset):
-        kwargs.update(num_proc=num_proc, desc="ELECTRA segments")
-    return tokenized.map(electra_batch, **kwargs)
+    return map_segment_pairs(
+        tokenized, tokenizer, electra_batch, SEGMENT_FEATURES, "ELECTRA segments", max_seq_length, num_proc, seed=seed
+    )
