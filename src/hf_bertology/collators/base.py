@@ -95,6 +95,19 @@ class RandomSource:
         return {"seed": self.seed, "_generator": None, "_worker": None}
 
 
+def require_tokens(tokenizer: PreTrainedTokenizerBase, *names: str) -> None:
+    """One clear error when the tokenizer lacks a special token the objective needs (`"mask"`, `"pad"`, ...)."""
+    for name in names:
+        if getattr(tokenizer, f"{name}_token_id", None) is None:
+            hint = (
+                ": masked language modelling needs one (set `tokenizer.mask_token`, or train a family tokenizer on the "
+                "corpus by omitting --tokenizer_name)"
+                if name == "mask"
+                else ""
+            )
+            raise BertologyError(f"the tokenizer ({type(tokenizer).__name__}) has no {name} token{hint}")
+
+
 def special_ids(tokenizer: PreTrainedTokenizerBase, keep_unk: bool = True) -> torch.Tensor:
     """Ids never chosen for prediction: every special token except `[UNK]` (BERT masks unknown words too)."""
     ids = set(tokenizer.all_special_ids)

@@ -16,8 +16,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from ..utils import BertologyError
-from .base import RandomSource, non_special_vocab, pad_features, special_ids, word_start_table
+from .base import RandomSource, non_special_vocab, pad_features, require_tokens, special_ids, word_start_table
 
 
 def rank_within_rows(scores: torch.Tensor) -> torch.Tensor:
@@ -92,13 +91,7 @@ class DataCollatorForMaskedLM:
     _random: RandomSource = field(init=False, repr=False)
 
     def __post_init__(self):
-        if self.tokenizer.mask_token_id is None:
-            raise BertologyError(
-                f"the tokenizer ({type(self.tokenizer).__name__}) has no mask token: masked language modelling needs "
-                "one (set `tokenizer.mask_token`, or train a family tokenizer with --vocab_size)"
-            )
-        if self.tokenizer.pad_token_id is None:
-            raise BertologyError(f"the tokenizer ({type(self.tokenizer).__name__}) has no padding token")
+        require_tokens(self.tokenizer, "mask", "pad")
         if not 0.0 < self.mlm_probability < 1.0:
             raise ValueError(f"mlm_probability must be in (0, 1), got {self.mlm_probability}")
         if min(self.mask_replace_prob, self.random_replace_prob) < 0 or (

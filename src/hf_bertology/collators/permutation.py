@@ -36,7 +36,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from ..utils import BertologyError
-from .base import RandomSource, pad_features, special_ids, word_start_table
+from .base import RandomSource, pad_features, require_tokens, special_ids, word_start_table
 
 # Keys of the features that are bookkeeping for the data order, not model inputs.
 DROPPED_KEYS = ("stream_position",)
@@ -141,8 +141,7 @@ class DataCollatorForPermutationLM:
     _random: RandomSource = field(init=False, repr=False)
 
     def __post_init__(self):
-        if self.tokenizer.pad_token_id is None:
-            raise BertologyError(f"the tokenizer ({type(self.tokenizer).__name__}) has no padding token")
+        require_tokens(self.tokenizer, "pad")
         if not 0 < self.mask_beta < self.mask_alpha:
             raise ValueError(f"need 0 < mask_beta < mask_alpha, got {self.mask_beta} and {self.mask_alpha}")
         if self.max_span_length < 1:
