@@ -198,6 +198,60 @@ def test_compare_end_to_end_and_resume(compare_inputs, tmp_path, monkeypatch):
         compare.main(_argv(corpus, glue_dir, out) + ["--glue_epochs", "2"])
 
 
+def test_compare_resumes_an_interrupted_pretraining_where_it_stopped(compare_inputs, tmp_path, monkeypatch):
+    """Killed mid-budget, a recipe goes on from its newest checkpoint with the FLOPs, tokens, curve and schedule it
+    had spent; the result equals an uninterrupted run's."""
+    from safetensors.torch import load_file
+
+    from hf_bertology.evaluation import compare
+    from hf_bertology.training.budget import ComputeBudgetCallback
+
+    corpus, _ = compare_inputs
+    tokenizer_dir = tmp_path / "tokenizer"  # one vocabulary for both runs (`tokenizers` breaks ties run to run)
+    texts = [" ".join(doc) for doc in make_documents(40, seed=3)]
+    get_recipe("roberta-tiny").train_tokenizer(texts, 300).save_pretrained(tokenizer_dir)
+
+    def argv(out, budget="2e8"):
+        return [
+            "--recipes", "roberta-tiny", "--train_file", str(corpus), "--budget_flops", budget, "--glue_tasks", "",
+            "--baseline", "none", "--output_dir", str(out), "--vocab_size", "300", "--logging_steps", "1",
+            "--checkpoint_steps", "2",
+            "--pretrain_args", f"--per_device_train_batch_size 4 --tokenizer_name {tokenizer_dir}",
+        ]  # fmt: skip
+
+    reference = compare.main(argv(tmp_path / "ref"))["models"]["roberta-tiny"]["pretrain"]
+    assert reference["steps"] > 5
+
+    original = ComputeBudgetCallback.on_step_end
+
+    def interrupt_at_step_5(self, args, state, control, **kwargs):
+        if state.global_step == 5:  # checkpoint-4 is on disk; steps 5.. are lost with the process
+            raise RuntimeError("simulated kill")
+        return original(self, args, state, control, **kwargs)
+
+    out = tmp_path / "cut"
+    monkeypatch.setattr(ComputeBudgetCallback, "on_step_end", interrupt_at_step_5)
+    with pytest.raises(RuntimeError, match="simulated kill"):
+        compare.main(argv(out))
+    monkeypatch.setattr(ComputeBudgetCallback, "on_step_end", original)
+    assert (out / "pretrain" / "roberta-tiny" / "checkpoint-4").is_dir()
+    with pytest.raises(BertologyError, match="unfinished pretraining run with other settings .*budget_flops"):
+        compare.main(argv(out, budget="3e8"))
+
+    resumed = compare.main(argv(out))["models"]["roberta-tiny"]["pretrain"]
+    for key in ("steps", "flops", "tokens", "predicted_positions", "sequences"):
+        assert resumed[key] == reference[key], key
+    assert [p["step"] for p in resumed["curve"]] == [p["step"] for p in reference["curve"]]
+    for got, want in zip(resumed["curve"], reference["curve"]):
+        assert got["flops"] == want["flops"] and got["learning_rate"] == pytest.approx(want["learning_rate"])
+        assert got["loss"] == pytest.approx(want["loss"], rel=1e-4)
+    finished = out / "pretrain" / "roberta-tiny"
+    assert not list(finished.glob("checkpoint-*")) and not (finished / compare.PRETRAIN_STARTED).exists()
+    weights = load_file(finished / "model.safetensors")
+    for name, tensor in load_file(tmp_path / "ref" / "pretrain" / "roberta-tiny" / "model.safetensors").items():
+        torch.testing.assert_close(weights[name], tensor, rtol=1e-4, atol=1e-5)
+
+
 def test_compare_wall_time_budget_without_glue(compare_inputs, tmp_path):
     from hf_bertology.evaluation import compare
 

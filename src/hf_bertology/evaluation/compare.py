@@ -15,7 +15,8 @@ Output in ``--output_dir``: ``report.md`` (recipe × task table, GLUE average, F
 pretraining losses), ``results.json``, ``loss_vs_flops.png`` and ``glue_vs_flops.png``; the pretrained models in
 ``pretrain/<recipe>/`` and the fine-tuning runs in ``glue/<model>/<task>/``. Finished work is detected from its
 results file (``pretrain/<recipe>/compare_pretrain.json``, ``glue/<model>/<task>/all_results.json``) and not run
-again, so an interrupted comparison resumes where it stopped (an interrupted pretraining run restarts).
+again, so an interrupted comparison resumes where it stopped. A recipe interrupted mid-budget resumes from its
+newest complete checkpoint (every ``--checkpoint_steps``), with the budget already spent carried in the checkpoint.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from ..utils import BertologyError, logger, set_verbosity
 from . import glue
 
 PRETRAIN_RESULTS = "compare_pretrain.json"
+PRETRAIN_STARTED = "compare_started.json"  # settings of a pretraining run that has not finished yet
 FINETUNE_SETTINGS = "compare_finetune.json"
 BASELINE = "random-init"
 
@@ -87,6 +89,10 @@ class CompareArguments:
     )
     pretrain_args: str | None = field(
         default=None, metadata={"help": "Extra `bertology pretrain` flags for every recipe, as one quoted string."}
+    )
+    checkpoint_steps: int = field(
+        default=200,
+        metadata={"help": "Checkpoint pretraining every N steps so an interrupted recipe resumes (0: never)."},
     )
     glue_epochs: float = field(default=3.0, metadata={"help": "Fine-tuning epochs."})
     glue_learning_rate: float = field(
@@ -178,10 +184,21 @@ def pretrain_recipe(args: CompareArguments, name: str, vocab_size: int, max_seq_
         argv += ["--preprocessing_num_workers", str(args.preprocessing_num_workers)]
     argv += ["--vocab_size", str(vocab_size), "--max_seq_length", str(max_seq_length), "--seed", str(args.seed)]
     argv += ["--max_steps", str(args.pretrain_max_steps), "--logging_steps", str(args.logging_steps)]
-    argv += ["--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true"]
+    if args.checkpoint_steps > 0:  # the newest one only: the budget's state travels in its trainer_state.json
+        argv += ["--save_strategy", "steps", "--save_steps", str(args.checkpoint_steps), "--save_total_limit", "1"]
+    else:
+        argv += ["--save_strategy", "no"]
+    argv += ["--report_to", "none", "--disable_tqdm", "true"]
+    if resume_checkpoint(args, out, vocab_size, max_seq_length):
+        logger.info("resuming %s from its last complete checkpoint in %s", name, out)
+        argv += ["--resume_from_checkpoint", "last"]
     if args.budget_schedule:  # the callback turns this constant schedule into warmup + decay over the budget
         argv += ["--lr_scheduler_type", "constant", "--warmup_steps", "0"]
     argv += shlex.split(args.pretrain_args or "")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / PRETRAIN_STARTED).write_text(
+        json.dumps(pretrain_settings(args, vocab_size, max_seq_length), indent=2) + "\n"
+    )
     started = time.perf_counter()
     metrics = pretrain.main(argv, callbacks=[budget])
     record = {
@@ -196,7 +213,31 @@ def pretrain_recipe(args: CompareArguments, name: str, vocab_size: int, max_seq_
         "curve": budget.curve,
     }
     (out / PRETRAIN_RESULTS).write_text(json.dumps(record, indent=2) + "\n")
+    for checkpoint in out.glob("checkpoint-*"):  # the finished model is `out` itself
+        shutil.rmtree(checkpoint, ignore_errors=True)
+    (out / PRETRAIN_STARTED).unlink(missing_ok=True)
     return record
+
+
+def resume_checkpoint(args: CompareArguments, out: Path, vocab_size: int, max_seq_length: int) -> bool:
+    """Whether `out` holds an unfinished pretraining run of this comparison with a complete checkpoint to go on from.
+
+    A run started with other settings is refused, like a finished one, rather than silently continued or lost.
+    """
+    from ..training.trainer import last_complete_checkpoint
+
+    if not out.is_dir() or last_complete_checkpoint(out) is None:
+        return False
+    started = out / PRETRAIN_STARTED
+    settings = pretrain_settings(args, vocab_size, max_seq_length)
+    was = json.loads(started.read_text()) if started.is_file() else None
+    if was != settings:
+        differ = sorted(k for k in settings if (was or {}).get(k) != settings[k]) if was else ["(unknown)"]
+        raise BertologyError(
+            f"{out} holds an unfinished pretraining run with other settings ({', '.join(differ)}); use another "
+            "--output_dir or delete that folder"
+        )
+    return True
 
 
 def pretrain_settings(args: CompareArguments, vocab_size: int, max_seq_length: int) -> dict[str, Any]:

@@ -34,16 +34,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import nn
 from transformers import TrainerCallback
+from transformers.trainer_callback import ExportableState
 
 from ..utils import BertologyError
 
 # Local names of query projections: BERT/RoBERTa/ELECTRA `attention.self.query`, ALBERT `attention.query`, XLNet's
 # `rel_attn.q` parameter, and the `q_proj`/`q_lin` of other transformers models.
 QUERY_NAMES = ("query", "q", "q_proj", "q_lin", "query_proj")
+COUNTS = ("forward_flops", "tokens", "predicted", "sequences")  # what a FlopCounter has summed
 FLOP_UNITS = ((1e18, "EFLOP"), (1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP"))  # progress-bar units
 
 
@@ -152,12 +155,16 @@ def budget_schedule(fraction: float, warmup_fraction: float) -> float:
     return max(0.0, (1.0 - fraction) / max(1e-12, 1.0 - warmup_fraction))
 
 
-class ComputeBudgetCallback(TrainerCallback):
+class ComputeBudgetCallback(TrainerCallback, ExportableState):
     """Stops training once `budget_flops` training FLOPs (counted by :class:`FlopCounter`) or `budget_seconds` of
     wall time are spent, and records the curve of the logged losses against FLOPs, tokens and seconds.
 
     With `schedule=True` the Trainer's scheduler must be a `LambdaLR` (e.g. ``lr_scheduler_type="constant"``): its
     factor is replaced by :func:`budget_schedule` of the budget spent, so warmup and decay follow compute, not steps.
+
+    Resumable: as an `ExportableState` its counts, seconds and curve are written into every checkpoint's
+    `trainer_state.json` (atomically with the weights), and a run resumed from that checkpoint continues the same
+    budget, schedule and curve instead of starting a new one.
     """
 
     def __init__(
@@ -183,6 +190,37 @@ class ComputeBudgetCallback(TrainerCallback):
         self.steps = 0
         self._bar = None
         self._scale = 1.0
+        self._seconds_before = 0.0  # spent by the run(s) this one resumes
+        self._resumed: dict[str, Any] | None = None  # set by `Trainer` when it restores callback states itself
+
+    # -- checkpointed state ---------------------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        spent = {k: getattr(self.counter, k) if self.counter else 0 for k in COUNTS}
+        return {
+            "args": {
+                "budget_flops": self.budget_flops,
+                "budget_seconds": self.budget_seconds,
+                "schedule": self.schedule,
+                "warmup_fraction": self.warmup_fraction,
+                "progress": self.progress,
+                "description": self.description,
+            },
+            "attributes": {"_resumed": {**spent, "seconds": self.seconds, "curve": self.curve}},
+        }
+
+    def _restore(self, state) -> None:
+        """Continue the budget of the checkpoint the Trainer resumed from (its `trainer_state.json`)."""
+        saved = self._resumed
+        if saved is None and state.global_step > 0:
+            stored = (state.stateful_callbacks or {}).get(type(self).__name__)
+            stored = stored[0] if isinstance(stored, list) else stored
+            saved = (stored or {}).get("attributes", {}).get("_resumed")
+        if not saved:
+            return
+        for key in COUNTS:
+            setattr(self.counter, key, int(saved[key]))
+        self._seconds_before = float(saved["seconds"])
+        self.curve = list(saved["curve"])
 
     # -- state ----------------------------------------------------------------------------------------------------
     @property
@@ -197,7 +235,7 @@ class ComputeBudgetCallback(TrainerCallback):
     def seconds(self) -> float:
         if self.start is None:
             return 0.0
-        return (self.end or time.perf_counter()) - self.start
+        return self._seconds_before + (self.end or time.perf_counter()) - self.start
 
     @property
     def spent(self) -> float:
@@ -209,6 +247,8 @@ class ComputeBudgetCallback(TrainerCallback):
     # -- events ---------------------------------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, model=None, lr_scheduler=None, **kwargs):
         self.counter = FlopCounter(model).attach()
+        self.start = time.perf_counter()
+        self._restore(state)
         if self.schedule:
             scheduler = getattr(lr_scheduler, "scheduler", lr_scheduler)  # accelerate may wrap it
             if not isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
@@ -229,7 +269,7 @@ class ComputeBudgetCallback(TrainerCallback):
             else:
                 self._scale, unit, total = 1.0, "s", self.budget_seconds
             self._bar = tqdm(total=total, unit=unit, unit_scale=True, desc=self.description, dynamic_ncols=True)
-        self.start = time.perf_counter()
+            self._bar.update(min(self.spent * total, total))  # a resumed run starts where its checkpoint stopped
 
     def on_step_end(self, args, state, control, **kwargs):
         self.steps = state.global_step
