@@ -229,15 +229,18 @@ def resume_checkpoint(args: CompareArguments, out: Path, vocab_size: int, max_se
     if not out.is_dir() or last_complete_checkpoint(out) is None:
         return False
     started = out / PRETRAIN_STARTED
+    recorded = json.loads(started.read_text()) if started.is_file() else None
     settings = pretrain_settings(args, vocab_size, max_seq_length)
-    was = json.loads(started.read_text()) if started.is_file() else None
-    if was != settings:
-        differ = sorted(k for k in settings if (was or {}).get(k) != settings[k]) if was else ["(unknown)"]
-        raise BertologyError(
-            f"{out} holds an unfinished pretraining run with other settings ({', '.join(differ)}); use another "
-            "--output_dir or delete that folder"
-        )
+    require_same_settings(out, recorded, settings, "holds an unfinished pretraining run with")
     return True
+
+
+def require_same_settings(path: Path, recorded: dict | None, settings: dict[str, Any], what: str) -> None:
+    """Refuse to mix work made with other settings into this comparison, naming the settings that differ."""
+    differ = sorted(k for k in settings if (recorded or {}).get(k) != settings[k])
+    if differ:
+        was = ", ".join(f"{k}={(recorded or {}).get(k)!r}" for k in differ)
+        raise BertologyError(f"{path} {what} other settings ({was}); use another --output_dir or delete that folder")
 
 
 def pretrain_settings(args: CompareArguments, vocab_size: int, max_seq_length: int) -> dict[str, Any]:
@@ -253,13 +256,9 @@ def load_pretrain_record(args: CompareArguments, name: str, vocab_size: int, max
     if not path.is_file():
         return None
     record = json.loads(path.read_text())
-    settings = pretrain_settings(args, vocab_size, max_seq_length)
-    differ = sorted(k for k in settings if record.get("settings", {}).get(k) != settings[k])
-    if differ:
-        was = ", ".join(f"{k}={record.get('settings', {}).get(k)!r}" for k in differ)
-        raise BertologyError(
-            f"{path} was made with other settings ({was}); use another --output_dir or delete that folder"
-        )
+    require_same_settings(
+        path, record.get("settings"), pretrain_settings(args, vocab_size, max_seq_length), "was made with"
+    )
     return record
 
 

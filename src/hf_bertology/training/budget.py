@@ -191,7 +191,6 @@ class ComputeBudgetCallback(TrainerCallback, ExportableState):
         self._bar = None
         self._scale = 1.0
         self._seconds_before = 0.0  # spent by the run(s) this one resumes
-        self._resumed: dict[str, Any] | None = None  # set by `Trainer` when it restores callback states itself
 
     # -- checkpointed state ---------------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -205,16 +204,17 @@ class ComputeBudgetCallback(TrainerCallback, ExportableState):
                 "progress": self.progress,
                 "description": self.description,
             },
-            "attributes": {"_resumed": {**spent, "seconds": self.seconds, "curve": self.curve}},
+            "attributes": {"spent_before": {**spent, "seconds": self.seconds, "curve": self.curve}},
         }
 
     def _restore(self, state) -> None:
-        """Continue the budget of the checkpoint the Trainer resumed from (its `trainer_state.json`)."""
-        saved = self._resumed
-        if saved is None and state.global_step > 0:
-            stored = (state.stateful_callbacks or {}).get(type(self).__name__)
-            stored = stored[0] if isinstance(stored, list) else stored
-            saved = (stored or {}).get("attributes", {}).get("_resumed")
+        """Continue the budget of the checkpoint the Trainer resumed from: its `trainer_state.json` holds our state
+        whether or not `restore_callback_states_from_checkpoint` is set, so we read it from there ourselves."""
+        if state.global_step == 0:
+            return
+        stored = (state.stateful_callbacks or {}).get(type(self).__name__)
+        stored = stored[0] if isinstance(stored, list) else stored
+        saved = (stored or {}).get("attributes", {}).get("spent_before")
         if not saved:
             return
         for key in COUNTS:
