@@ -43,6 +43,7 @@ class Variant:
     tokenizer_class: str | None = None  # transformers class name when the family default is not right
     plain_auto_class: str = "AutoModelForPreTraining"  # the plain-transformers class that loads the checkpoint
     trainer_class: str = "trainer.BertologyTrainer"  # module.Class under hf_bertology.training (no upward import)
+    padding_free: bool = True  # batches can be flattened (collators/flatten.py); XLNet's permutation inputs cannot
 
 
 VARIANTS: dict[str, Variant] = {
@@ -74,6 +75,7 @@ VARIANTS: dict[str, Variant] = {
         "unigram",
         tokenizer_class="XLNetTokenizer",
         trainer_class="xlnet_trainer.XLNetTrainer",
+        padding_free=False,  # two-stream relative attention is XLNet's own code, and perm_mask is (B, L, L)
     ),
     # Plain transformers loads the discriminator (ElectraForPreTraining); `bertology export` writes either network.
     "electra": Variant(

@@ -108,7 +108,10 @@ class FlopCounter:
         if input_ids is None:
             raise BertologyError("FlopCounter needs input_ids to count tokens")
         mask = kwargs.get("attention_mask")
-        if mask is None:
+        cu_seqlens = kwargs.get("cu_seq_lens_q")
+        if cu_seqlens is not None:  # a padding-free row: every token is real, examples end at cu_seqlens
+            lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()
+        elif mask is None:
             lengths = [input_ids.shape[-1]] * (input_ids.numel() // input_ids.shape[-1])
         else:
             lengths = mask.reshape(-1, mask.shape[-1]).sum(-1).tolist()  # one host sync per micro-batch

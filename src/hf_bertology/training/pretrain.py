@@ -31,6 +31,7 @@ from ..data import build_pretraining_dataset, load_corpus, tokenize_corpus
 from ..hub import push_from_training_args, save_folder, write_model_card
 from ..recipes import VARIANTS, Recipe, get_recipe, list_recipes
 from ..utils import BertologyError, logger, set_verbosity
+from .attention import configure_attention
 from .callbacks import callbacks_for
 from .trainer import is_complete_checkpoint, last_complete_checkpoint
 
@@ -53,6 +54,13 @@ class ModelArguments:
     config_overrides: str | None = field(
         default=None,
         metadata={"help": "Comma-separated config overrides, e.g. `num_hidden_layers=6,mlm_probability=0.2`."},
+    )
+    attn_implementation: str | None = field(
+        default=None,
+        metadata={
+            "help": "Attention kernel: `flash_attention_2` (installed, CUDA), `sdpa_packed` (SDPA that also takes "
+            "padding-free batches), `sdpa`, `eager`. Default: flash_attention_2 when installed, else sdpa_packed."
+        },
     )
     tokenizer_train_samples: int | None = field(
         default=None, metadata={"help": "Train the tokenizer on at most this many documents (default: all)."}
@@ -86,6 +94,13 @@ class DataArguments:
         default=False, metadata={"help": "Stream the corpus (larger than memory); needs --max_steps."}
     )
     overwrite_cache: bool = field(default=False, metadata={"help": "Recompute the cached datasets."})
+    padding_free: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Flatten every batch into one row of real tokens (no compute on padding; attention stays inside "
+            "each example). Default: on for every recipe but XLNet."
+        },
+    )
 
 
 # TrainingArguments defaults that suit pretraining (a flag or the recipe still wins).
@@ -358,6 +373,9 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
     else:
         model = recipe.build_model()
     logger.info("%s: %s parameters", type(model).__name__, f"{model.num_parameters():,}")
+    model, collator = configure_attention(
+        model, collator, data_args.padding_free, model_args.attn_implementation, recipe.spec.padding_free
+    )
 
     # -- examples -------------------------------------------------------------------------------------------
     num_proc = data_args.preprocessing_num_workers

@@ -24,6 +24,9 @@ from transformers.models.albert.modeling_albert import AlbertMLMHead, AlbertSOPH
 
 from .configuration_albert import BertologyAlbertConfig
 
+# Attention implementations that keep a padding-free batch's examples apart (they read `cu_seq_lens_q`).
+PACKED_IMPLEMENTATIONS = ("sdpa_packed", "flash_attention_2", "flash_attention_3", "flash_attention_4")
+
 
 @dataclass
 class BertologyAlbertForPreTrainingOutput(ModelOutput):
@@ -98,10 +101,15 @@ class BertologyAlbertForPreTraining(AlbertPreTrainedModel):
         r"""
         labels (`(batch, seq_len)`): original token ids at the positions to predict, -100 elsewhere.
         sentence_order_label (`(batch,)`): 0 if A precedes B in the document, 1 if they were swapped.
+        cu_seq_lens_q (in `kwargs`): a padding-free batch (`hf_bertology.collators.flatten`): one `(1, T)` row
+            whose examples start at `cu_seq_lens_q[:-1]`; SOP reads each example's first token.
         """
+        packed = kwargs.get("cu_seq_lens_q") is not None
+        if packed and self.config._attn_implementation not in PACKED_IMPLEMENTATIONS:
+            raise ValueError(f"a padding-free batch needs attn_implementation in {PACKED_IMPLEMENTATIONS}")
         outputs = self.albert(
             input_ids,
-            attention_mask=attention_mask,
+            attention_mask=None if packed else attention_mask,  # packed: the boundaries keep examples apart
             token_type_ids=token_type_ids,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
@@ -109,6 +117,9 @@ class BertologyAlbertForPreTraining(AlbertPreTrainedModel):
             **kwargs,
         )
         sequence_output, pooled_output = outputs.last_hidden_state, outputs.pooler_output
+        if packed:  # the pooler on every example's [CLS], not only the row's first
+            first_tokens = sequence_output[0, kwargs["cu_seq_lens_q"][:-1].long()]  # (B, H)
+            pooled_output = self.albert.pooler_activation(self.albert.pooler(first_tokens))
         sop_logits = self.sop_classifier(pooled_output)  # (B, 2)
 
         loss = mlm_loss = sop_loss = mlm_accuracy = sop_accuracy = None

@@ -26,6 +26,9 @@ from transformers.models.bert.modeling_bert import BertPreTrainingHeads
 
 from .configuration_bert import BertologyBertConfig
 
+# Attention implementations that keep a padding-free batch's examples apart (they read `cu_seq_lens_q`).
+PACKED_IMPLEMENTATIONS = ("sdpa_packed", "flash_attention_2", "flash_attention_3", "flash_attention_4")
+
 
 @dataclass
 class BertologyBertForPreTrainingOutput(ModelOutput):
@@ -103,10 +106,15 @@ class BertologyBertForPreTraining(BertPreTrainedModel):
         r"""
         labels (`(batch, seq_len)`): original token ids at the positions to predict, -100 elsewhere.
         next_sentence_label (`(batch,)`): 0 if segment B follows A, 1 if B is random.
+        cu_seq_lens_q (in `kwargs`): a padding-free batch (`hf_bertology.collators.flatten`): one `(1, T)` row
+            whose examples start at `cu_seq_lens_q[:-1]`; NSP reads each example's first token.
         """
+        packed = kwargs.get("cu_seq_lens_q") is not None
+        if packed and self.config._attn_implementation not in PACKED_IMPLEMENTATIONS:
+            raise ValueError(f"a padding-free batch needs attn_implementation in {PACKED_IMPLEMENTATIONS}")
         outputs = self.bert(
             input_ids,
-            attention_mask=attention_mask,
+            attention_mask=None if packed else attention_mask,  # packed: the boundaries keep examples apart
             token_type_ids=token_type_ids,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
@@ -114,6 +122,9 @@ class BertologyBertForPreTraining(BertPreTrainedModel):
             **kwargs,
         )
         sequence_output, pooled_output = outputs.last_hidden_state, outputs.pooler_output
+        if packed:  # the pooler on every example's [CLS], not only the row's first
+            pooler = self.bert.pooler
+            pooled_output = pooler.activation(pooler.dense(sequence_output[0, kwargs["cu_seq_lens_q"][:-1].long()]))
         nsp_logits = self.cls.seq_relationship(pooled_output)  # (B, 2)
 
         loss = mlm_loss = nsp_loss = mlm_accuracy = nsp_accuracy = None

@@ -37,6 +37,9 @@ from transformers.models.electra.modeling_electra import ElectraDiscriminatorPre
 
 from .configuration_electra import BertologyElectraConfig, generator_config
 
+# Attention implementations that keep a padding-free batch's examples apart (they read `cu_seq_lens_q`).
+PACKED_IMPLEMENTATIONS = ("sdpa_packed", "flash_attention_2", "flash_attention_3", "flash_attention_4")
+
 # Parameters the two networks share (paper §3.2 "tie token embeddings"; official: shared `electra/embeddings`).
 SHARED_EMBEDDINGS = (
     "embeddings.word_embeddings.weight",
@@ -181,10 +184,20 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
         input_ids (`(batch, seq_len)`): the generator's input, `[MASK]` at 85% of the chosen positions.
         labels (`(batch, seq_len)`): original token ids at the chosen positions, -100 elsewhere. Without labels,
             only the discriminator runs, on `input_ids` (as `ElectraForPreTraining`).
+        cu_seq_lens_q (in `kwargs`): a padding-free batch (`hf_bertology.collators.flatten`); the generator and the
+            discriminator both run on the flat row.
         """
+        if kwargs.get("cu_seq_lens_q") is not None:
+            if self.config._attn_implementation not in PACKED_IMPLEMENTATIONS:
+                raise ValueError(f"a padding-free batch needs attn_implementation in {PACKED_IMPLEMENTATIONS}")
+            attention_mask = None  # every token is real; the boundaries keep examples apart
         if labels is None:
             outputs = self.electra(
-                input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids
+                input_ids,
+                attention_mask=attention_mask,
+                token_type_ids=token_type_ids,
+                position_ids=position_ids,
+                **kwargs,
             )
             return BertologyElectraForPreTrainingOutput(
                 rtd_logits=self.discriminator_predictions(outputs.last_hidden_state)
@@ -200,7 +213,11 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
         frozen_generator = self.training_stage == "discriminator"
         with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen_generator):
             gen_hidden = self.generator.electra(
-                input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids
+                input_ids,
+                attention_mask=attention_mask,
+                token_type_ids=token_type_ids,
+                position_ids=position_ids,
+                **kwargs,
             ).last_hidden_state
             gen_hidden = self.generator.generator_predictions(gen_hidden[chosen])  # (M, E)
             prediction_logits = self.generator.generator_lm_head(gen_hidden)  # (M, V)

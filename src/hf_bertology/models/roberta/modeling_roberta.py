@@ -20,6 +20,9 @@ from transformers.models.roberta.modeling_roberta import RobertaLMHead
 
 from .configuration_roberta import BertologyRobertaConfig
 
+# Attention implementations that keep a padding-free batch's examples apart (they read `cu_seq_lens_q`).
+PACKED_IMPLEMENTATIONS = ("sdpa_packed", "flash_attention_2", "flash_attention_3", "flash_attention_4")
+
 
 @dataclass
 class BertologyRobertaForPreTrainingOutput(ModelOutput):
@@ -71,10 +74,16 @@ class BertologyRobertaForPreTraining(RobertaPreTrainedModel):
     ) -> BertologyRobertaForPreTrainingOutput:
         r"""
         labels (`(batch, seq_len)`): original token ids at the positions to predict, -100 elsewhere.
+        cu_seq_lens_q (in `kwargs`): a padding-free batch (`hf_bertology.collators.flatten`), `position_ids` from 0.
         """
+        packed = kwargs.get("cu_seq_lens_q") is not None
+        if packed:
+            if self.config._attn_implementation not in PACKED_IMPLEMENTATIONS:
+                raise ValueError(f"a padding-free batch needs attn_implementation in {PACKED_IMPLEMENTATIONS}")
+            position_ids = position_ids + self.config.pad_token_id + 1  # RoBERTa's positions start after padding
         outputs = self.roberta(
             input_ids,
-            attention_mask=attention_mask,
+            attention_mask=None if packed else attention_mask,  # packed: the boundaries keep examples apart
             token_type_ids=token_type_ids,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,

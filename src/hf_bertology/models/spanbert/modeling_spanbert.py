@@ -31,6 +31,9 @@ from transformers.models.bert.modeling_bert import BertOnlyMLMHead
 
 from .configuration_spanbert import BertologySpanBertConfig
 
+# Attention implementations that keep a padding-free batch's examples apart (they read `cu_seq_lens_q`).
+PACKED_IMPLEMENTATIONS = ("sdpa_packed", "flash_attention_2", "flash_attention_3", "flash_attention_4")
+
 
 @dataclass
 class BertologySpanBertForPreTrainingOutput(ModelOutput):
@@ -150,10 +153,15 @@ class BertologySpanBertForPreTraining(BertPreTrainedModel):
         sbo_labels (`(batch, seq_len)`): original ids of the SBO targets, -100 elsewhere.
         sbo_boundaries (`(batch, seq_len, 2)`): positions `(s-1, e+1)` of each target's span boundaries.
         sbo_relative_positions (`(batch, seq_len)`): offset `i - s` of each target inside its span.
+        cu_seq_lens_q (in `kwargs`): a padding-free batch (`hf_bertology.collators.flatten`); `sbo_boundaries` are
+            then positions in the flat row.
         """
+        packed = kwargs.get("cu_seq_lens_q") is not None
+        if packed and self.config._attn_implementation not in PACKED_IMPLEMENTATIONS:
+            raise ValueError(f"a padding-free batch needs attn_implementation in {PACKED_IMPLEMENTATIONS}")
         outputs = self.bert(
             input_ids,
-            attention_mask=attention_mask,
+            attention_mask=None if packed else attention_mask,  # packed: the boundaries keep examples apart
             token_type_ids=token_type_ids,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,

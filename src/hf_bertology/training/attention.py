@@ -1,0 +1,174 @@
+"""Attention for padding-free batches, plugged into transformers' own attention dispatch.
+
+A padding-free batch (`hf_bertology.collators.flatten`) is one row of T real tokens with the example boundaries in
+`cu_seq_lens_q`. transformers' BERT, RoBERTa, ALBERT and ELECTRA layers call the function that
+`config._attn_implementation` names in `AttentionInterface` and pass it every keyword argument of the model's
+forward, so a registered function sees `cu_seq_lens_q` / `max_length_q` without any modeling code copied:
+
+- `flash_attention_2` (when the `flash_attn` package is installed, CUDA): transformers' own varlen path;
+- `sdpa_packed` (registered here; any device): on CUDA in bf16/fp16 without attention dropout, torch's
+  `torch.nn.attention.varlen.varlen_attn` (FlashAttention's varlen kernel, no padding anywhere); otherwise the
+  MosaicBERT layout: the flat q/k/v are scattered into `(B, max_len)` for one SDPA call with a key-padding mask and
+  gathered back, so attention (a small share of the FLOPs at these lengths) sees padding and every matmul, layer
+  norm and head runs on real tokens only. Attention never crosses examples in either path. Batches without
+  `cu_seq_lens_q` get plain SDPA with transformers' mask, so one model serves padded and packed batches.
+
+`flex_attention` would need a block mask rebuilt every batch plus compilation to be fast; it is not used.
+XLNet keeps padded batches: its two-stream relative attention is its own code, not an `AttentionInterface` call.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface, PreTrainedModel
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+PACKED_ATTENTION = "sdpa_packed"
+# Implementations that read `cu_seq_lens_q`: a packed batch under any other would attend across examples.
+PACKED_IMPLEMENTATIONS = (PACKED_ATTENTION, "flash_attention_2", "flash_attention_3", "flash_attention_4")
+
+try:  # torch >= 2.9: FlashAttention's variable-length kernel, CUDA only
+    from torch.nn.attention.varlen import varlen_attn
+
+    _VARLEN_TAKES_IS_CAUSAL = "is_causal" in inspect.signature(varlen_attn).parameters
+except ImportError:  # pragma: no cover - older torch
+    varlen_attn = None
+    _VARLEN_TAKES_IS_CAUSAL = False
+
+
+def _row_layout(cu_seqlens: torch.Tensor, total: int, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Flat index t -> slot `row * max_len + col` of the padded layout, and the `(B, max_len)` key mask."""
+    cu = cu_seqlens.to(torch.long)
+    token = torch.arange(total, device=cu.device)
+    row = torch.bucketize(token, cu[1:], right=True)  # (T,) example of every token
+    slot = row * max_len + (token - cu[row])
+    lengths = cu[1:] - cu[:-1]
+    keep = torch.arange(max_len, device=cu.device)[None, :] < lengths[:, None]  # (B, max_len)
+    return slot, keep
+
+
+def _repad_sdpa(query, key, value, cu_seqlens, max_len, dropout, scaling):
+    """SDPA over each example of a flat `(1, H, T, D)` batch: scatter into `(B, H, max_len, D)`, attend, gather."""
+    _, heads, total, dim = query.shape
+    rows = cu_seqlens.numel() - 1
+    slot, keep = _row_layout(cu_seqlens, total, max_len)
+
+    def pad(x):  # (1, H, T, D) -> (B, H, max_len, D)
+        out = x.new_zeros(rows * max_len, heads, dim)
+        out = out.index_copy(0, slot, x[0].transpose(0, 1))  # (T, H, D) into the slots
+        return out.view(rows, max_len, heads, dim).transpose(1, 2)
+
+    out = F.scaled_dot_product_attention(
+        pad(query), pad(key), pad(value), attn_mask=keep[:, None, None, :], dropout_p=dropout, scale=scaling
+    )  # (B, H, max_len, D)
+    out = out.transpose(1, 2).reshape(rows * max_len, heads, dim)[slot]  # (T, H, D)
+    return out.unsqueeze(0)  # (1, T, H, D)
+
+
+def packed_attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """`AttentionInterface` function: variable-length attention on packed batches, SDPA on padded ones.
+
+    Shapes as transformers' attention functions: in `(B, H, T, D)`, out `(B, T, H, D)`.
+    """
+    cu_seqlens = kwargs.get("cu_seq_lens_q")
+    if cu_seqlens is None:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
+        )
+    if query.shape[0] != 1:
+        raise ValueError(f"a packed batch is one row of tokens, got {query.shape[0]} rows")
+    if is_causal or getattr(module, "is_causal", False):
+        raise ValueError("sdpa_packed is bidirectional (encoder) attention only")
+    max_len = kwargs.get("max_length_q")
+    if max_len is None:
+        max_len = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
+    cu_seqlens = cu_seqlens.to(query.device)
+    if varlen_attn is not None and query.is_cuda and query.dtype in (torch.float16, torch.bfloat16) and dropout == 0:
+        q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))  # (T, H, D)
+        extra = {"is_causal": False} if _VARLEN_TAKES_IS_CAUSAL else {}
+        cu = cu_seqlens.to(torch.int32)
+        out = varlen_attn(q, k, v, cu, cu, max_len, max_len, scale=scaling, **extra)  # (T, H, D)
+        return out.unsqueeze(0), None
+    return _repad_sdpa(query, key, value, cu_seqlens, max_len, dropout, scaling), None
+
+
+def register_packed_attention() -> str:
+    """Register `sdpa_packed` (attention, and SDPA's mask for padded batches) with transformers; idempotent."""
+    AttentionInterface.register(PACKED_ATTENTION, packed_attention_forward)
+    AttentionMaskInterface.register(PACKED_ATTENTION, sdpa_mask)
+    return PACKED_ATTENTION
+
+
+def flash_attention_available() -> bool:
+    return torch.cuda.is_available() and importlib.util.find_spec("flash_attn") is not None
+
+
+def default_attention(padding_free: bool) -> str:
+    """The fastest attention available: `flash_attention_2` when installed (CUDA), else SDPA (packed-aware)."""
+    if flash_attention_available():
+        return "flash_attention_2"
+    return register_packed_attention() if padding_free else "sdpa"
+
+
+def set_attention(model: torch.nn.Module, implementation: str) -> torch.nn.Module:
+    """Use `implementation` in every transformers model inside `model` (ELECTRA's generator included)."""
+    if implementation == PACKED_ATTENTION:
+        register_packed_attention()
+    for module in model.modules():
+        if isinstance(module, PreTrainedModel):
+            module.config._attn_implementation = implementation
+    return model
+
+
+def use_padding_free(model: torch.nn.Module, implementation: str | None = None) -> torch.nn.Module:
+    """Make `model` accept padding-free batches: an attention implementation that reads `cu_seq_lens_q`."""
+    implementation = implementation or default_attention(padding_free=True)
+    if implementation not in PACKED_IMPLEMENTATIONS:
+        raise ValueError(f"padding-free batches need one of {PACKED_IMPLEMENTATIONS}, not {implementation!r}")
+    return set_attention(model, implementation)
+
+
+def configure_attention(model, collator, padding_free: bool | None, implementation: str | None, supported: bool):
+    """The model and collator a run trains with: padding-free (flattened batches, a packed-aware attention) by
+    default wherever the variant `supported` it, else padded with `implementation` if one was named.
+
+    `padding_free=None` means "where it pays": every variant but XLNet. Returns `(model, collator)`.
+    """
+    from ..collators.flatten import PaddingFreeCollator
+
+    if padding_free and not supported:
+        raise ValueError(f"{type(model).__name__} cannot take padding-free batches; pass --padding_free false")
+    if padding_free is None:
+        padding_free = supported
+    if padding_free:
+        return use_padding_free(model, implementation), PaddingFreeCollator(collator)
+    if implementation:
+        set_attention(model, implementation)
+    return model, collator
+
+
+__all__ = [
+    "configure_attention",
+    "PACKED_ATTENTION",
+    "PACKED_IMPLEMENTATIONS",
+    "default_attention",
+    "packed_attention_forward",
+    "register_packed_attention",
+    "set_attention",
+    "use_padding_free",
+]

@@ -1,0 +1,138 @@
+"""Padding-free batches: the same loss, gradients and counts as the padded batch, and no attention across examples."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hf_bertology.collators.flatten import PaddingFreeCollator, flatten_batch
+from hf_bertology.data import build_pretraining_dataset, load_corpus, tokenize_corpus
+from hf_bertology.recipes import VARIANTS, get_recipe
+from hf_bertology.training.attention import PACKED_ATTENTION, set_attention, use_padding_free
+from hf_bertology.training.trainer import BertologyTrainer, is_count_key
+
+PACKABLE = [name for name, spec in VARIANTS.items() if spec.padding_free]
+NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+
+
+def test_every_variant_but_xlnet_is_padding_free():
+    assert sorted(PACKABLE) == sorted(set(VARIANTS) - {"xlnet"})
+
+
+@pytest.fixture(scope="module")
+def setups(corpus_file):
+    """variant -> (recipe, collator, a batch of 6 real examples of unequal lengths)."""
+    out = {}
+    corpus = load_corpus(train_files=[str(corpus_file)])
+    for variant in PACKABLE:
+        recipe = get_recipe(f"{variant}-tiny", **NO_DROPOUT)
+        tokenizer = recipe.train_tokenizer(corpus["text"], 300)
+        recipe.adapt_to_tokenizer(tokenizer)
+        examples = build_pretraining_dataset(tokenize_corpus(corpus, tokenizer), tokenizer, recipe.config, 48, 0)
+        collator = recipe.build_collator(tokenizer, seed=3)
+        features = [examples[i] for i in range(6)]
+        out[variant] = (recipe, collator, features)
+    return out
+
+
+def _loss_and_grads(model, batch, num_items=None):
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(11)  # ELECTRA samples its replacements: the same draws in both layouts
+    output = model(**batch, num_items_in_batch=num_items)
+    output.loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return output, grads
+
+
+@pytest.mark.parametrize("variant", PACKABLE)
+def test_padding_free_equals_padded(setups, variant):
+    recipe, collator, features = setups[variant]
+    padded = collator(features)
+    lengths = padded["attention_mask"].sum(1)
+    assert lengths.min() < padded["attention_mask"].shape[1], "the batch must hold padding to test anything"
+    flat = flatten_batch(padded)
+    assert flat["input_ids"].shape == (1, int(lengths.sum()))
+
+    torch.manual_seed(0)
+    model = set_attention(recipe.build_model(), PACKED_ATTENTION).train()  # dropout is 0: deterministic
+    # the Trainer's counts of both layouts are equal (masked tokens, sequences, real tokens)
+    count = BertologyTrainer._get_num_items_in_batch
+
+    class _Args:
+        average_tokens_across_devices, world_size = False, 1
+
+    host = type("Host", (), {"model_accepts_loss_kwargs": True, "args": _Args()})()
+    counts_padded = count(host, [padded], torch.device("cpu"))
+    counts_flat = count(host, [flat], torch.device("cpu"))
+    assert {k: int(v) for k, v in counts_padded.items()} == {k: int(v) for k, v in counts_flat.items()}
+    assert any(is_count_key(k) for k in counts_flat)
+
+    out_padded, grads_padded = _loss_and_grads(model, padded, counts_padded)
+    out_flat, grads_flat = _loss_and_grads(model, flat, counts_flat)
+    for key, value in out_padded.items():
+        if torch.is_tensor(value) and value.dim() == 0:
+            torch.testing.assert_close(out_flat[key], value, rtol=1e-5, atol=1e-5, msg=f"{variant} {key}")
+    assert grads_padded.keys() == grads_flat.keys()
+    for name, grad in grads_padded.items():
+        torch.testing.assert_close(grads_flat[name], grad, rtol=1e-5, atol=1e-5, msg=f"{variant} {name}")
+
+
+@pytest.mark.parametrize("variant", PACKABLE)
+def test_no_example_sees_another_in_a_packed_row(setups, variant):
+    """Leakage by gradient: the outputs at example j's tokens do not depend on example i's input embeddings."""
+    recipe, collator, features = setups[variant]
+    flat = flatten_batch(collator(features))
+    torch.manual_seed(0)
+    model = use_padding_free(recipe.build_model()).eval()
+    backbone = model.base_model
+    cu = flat["cu_seq_lens_q"].long()
+    embeds = backbone.get_input_embeddings()(flat["input_ids"]).detach().requires_grad_(True)  # (1, T, E)
+    hidden = backbone(
+        inputs_embeds=embeds,
+        token_type_ids=flat.get("token_type_ids"),
+        position_ids=flat["position_ids"] + (recipe.config.pad_token_id + 1 if variant == "roberta" else 0),
+        cu_seq_lens_q=flat["cu_seq_lens_q"],
+        cu_seq_lens_k=flat["cu_seq_lens_k"],
+        max_length_q=flat["max_length_q"],
+        max_length_k=flat["max_length_k"],
+    ).last_hidden_state  # (1, T, H)
+    for j in range(len(cu) - 1):
+        (grad,) = torch.autograd.grad(hidden[0, cu[j] : cu[j + 1]].sum(), embeds, retain_graph=True)
+        touched = grad[0].abs().sum(-1) > 0  # (T,)
+        inside = torch.zeros_like(touched)
+        inside[cu[j] : cu[j + 1]] = True
+        assert touched[inside].all(), f"{variant}: example {j} does not depend on all its own tokens"
+        assert not touched[~inside].any(), f"{variant}: example {j} depends on another example's tokens"
+
+
+def test_packed_heads_read_their_own_example(setups):
+    """NSP/SOP read each example's first token: permuting the examples permutes the sentence logits."""
+    for variant, key in (("bert", "seq_relationship_logits"), ("albert", "sop_logits")):
+        recipe, collator, features = setups[variant]
+        torch.manual_seed(0)
+        model = use_padding_free(recipe.build_model()).eval()
+        padded = collator(features)
+        flat = flatten_batch(padded)
+        flat_reversed = flatten_batch({k: v.flip(0) for k, v in padded.items()})  # the same examples, reversed
+        with torch.no_grad():
+            logits = model(**{k: v for k, v in flat.items() if "label" not in k})[key]
+            reversed_logits = model(**{k: v for k, v in flat_reversed.items() if "label" not in k})[key]
+        torch.testing.assert_close(reversed_logits, logits.flip(0), rtol=1e-5, atol=1e-5)
+
+
+def test_packed_batch_under_plain_sdpa_is_refused(setups):
+    recipe, collator, features = setups["bert"]
+    model = set_attention(recipe.build_model(), "sdpa")
+    with pytest.raises(ValueError, match="padding-free batch needs attn_implementation"):
+        model(**flatten_batch(collator(features)))
+
+
+def test_wrapper_and_refusals(setups):
+    recipe, collator, features = setups["roberta"]
+    wrapped = PaddingFreeCollator(collator)
+    assert wrapped.mlm_probability == collator.mlm_probability  # settings read through
+    assert wrapped(features)["input_ids"].shape[0] == 1
+    with pytest.raises(ValueError, match="cannot be flattened"):
+        flatten_batch({"input_ids": torch.ones(2, 3), "attention_mask": torch.ones(2, 3), "perm_mask": torch.ones(1)})
+    with pytest.raises(ValueError, match="right padding"):
+        flatten_batch({"input_ids": torch.ones(1, 3), "attention_mask": torch.tensor([[0, 1, 1]])})
