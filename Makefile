@@ -18,7 +18,7 @@ TASK ?= sst2
 DATA_DIR ?= ../shared/data/glue/SST-2
 GLUE_OUTPUT_DIR ?= runs/glue-$(TASK)
 
-.PHONY: install test test-slow pretrain glue bench style quality clean
+.PHONY: install test test-slow test-gpu pretrain glue bench style quality clean
 
 $(PY):
 	$(PYTHON) -m venv --system-site-packages $(VENV)
@@ -36,6 +36,9 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow tests
+
+test-gpu: $(STAMP)
+	$(PY) -m pytest -q -m cuda tests
 
 pretrain: $(STAMP)
 	$(PY) -m hf_bertology pretrain --recipe $(RECIPE) --output_dir $(OUTPUT_DIR) --max_steps $(MAX_STEPS) \

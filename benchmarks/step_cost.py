@@ -2,6 +2,7 @@
 
     python benchmarks/step_cost.py                                   # every *-mini recipe in the registry
     python benchmarks/step_cost.py --recipes bert-base,electra-small,electra-base --seq_len 128 --batch_size 32
+    python benchmarks/step_cost.py --recipes bert-base,roberta-base --vs_plain --compile --batch_size 256  # GPU
 
 Each recipe runs in its own process (so peak memory is its own) on real batches: its family tokenizer trained on
 a text file (default ../shared/data/wikitext-2-raw/wiki.valid.raw), its input format and its collator, the preset's
@@ -14,6 +15,18 @@ removed for timing. On a CPU the MFU column is n/a (no meaningful peak to compar
 The ratio column is each recipe's tokens/s over the first recipe's, measured in the same run.
 Reference MFU (BERT-base class models, seq 128): transformers' BERT baseline ≈24% on A100, MosaicBERT ≤31%,
 NVIDIA's BERT-large 45%.
+
+**Padded vs padding-free.** Every recipe that supports it is timed twice on the same batches in the same process,
+padded and flattened (`hf_bertology.collators.flatten`), steps interleaved so that machine noise hits both alike:
+the `waste` column is tokens computed / real tokens of the padded layout (1.00 when flattened), and `×padded` the
+real tokens/s of the flattened layout over the padded one. `--compile` wraps the model in `torch.compile` (both
+layouts; the first steps, which compile, are warm-up).
+
+**Ours vs plain transformers** (`--vs_plain`, meant for a GPU): each recipe trains `--steps` steps through a
+Trainer twice: ours (`BertologyTrainer`, our collator, padding-free, sparse heads, `--compile` if given) and plain
+transformers (`BertForPreTraining` / `RobertaForMaskedLM` + `DataCollatorForLanguageModeling` + the stock
+`Trainer`), on the same examples, same batch, bf16, SDPA, fused AdamW, TF32. Real tokens/s and MFU (each model's
+counted FLOPs) are compared in the same run.
 """
 
 from __future__ import annotations
@@ -36,18 +49,10 @@ def device_peak(name: str) -> float | None:
     return next((peak for key, peak in BF16_PEAK.items() if key in name), None)
 
 
-def measure(name: str, args: dict) -> dict:
-    """Runs in a fresh process: build one recipe's model and batches, time training steps."""
-    import torch
-
+def prepare(name: str, args: dict):
+    """Recipe (its config at the preset's vocabulary size), tokenizer and examples of one recipe."""
     from hf_bertology.data import build_pretraining_dataset, load_corpus, tokenize_corpus
     from hf_bertology.recipes import get_recipe
-    from hf_bertology.training.budget import FlopCounter
-
-    torch.manual_seed(0)
-    cuda = torch.cuda.is_available() and args["device"] != "cpu"
-    device = torch.device("cuda" if cuda else "cpu")
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MiB (Linux: KiB)
 
     recipe = get_recipe(name)
     corpus = load_corpus(train_files=[args["text"]])
@@ -56,59 +61,85 @@ def measure(name: str, args: dict) -> dict:
     recipe.config.vocab_size = max(len(tokenizer), args["vocab_size"] or recipe.vocab_size)  # the preset's size
     seq_len = args["seq_len"] or recipe.max_seq_length
     examples = build_pretraining_dataset(tokenize_corpus(corpus, tokenizer), tokenizer, recipe.config, seq_len, 0)
-    collator = recipe.build_collator(tokenizer)
     batch_size = args["batch_size"] or recipe.training_defaults.get("per_device_train_batch_size", 32)
-    examples = examples.shuffle(seed=0)
+    return recipe, tokenizer, examples.shuffle(seed=0), seq_len, batch_size
+
+
+def count_flops(model, batches) -> tuple[int, int]:
+    """Counted training FLOPs and real tokens of `batches` (forward only, hooks removed afterwards)."""
+    import torch
+
+    from hf_bertology.training.budget import FlopCounter
+
+    counter = FlopCounter(model)
+    with counter, torch.no_grad():
+        for batch in batches:
+            model(**batch)
+    return counter.training_flops, counter.tokens
+
+
+def measure(name: str, args: dict) -> list[dict]:
+    """Runs in a fresh process: one recipe's model on real batches, padded and (where supported) padding-free,
+    timed step by step with the layouts interleaved."""
+    import torch
+
+    from hf_bertology.collators.flatten import flatten_batch
+    from hf_bertology.training.attention import default_attention, set_attention
+
+    torch.manual_seed(0)
+    cuda = torch.cuda.is_available() and args["device"] != "cpu"
+    device = torch.device("cuda" if cuda else "cpu")
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MiB (Linux: KiB)
+    recipe, tokenizer, examples, seq_len, batch_size = prepare(name, args)
+    collator = recipe.build_collator(tokenizer)
     n_batches = 4
     if len(examples) < n_batches * batch_size:
         raise SystemExit(f"{name}: {args['text']} gives {len(examples)} examples, fewer than {n_batches}×{batch_size}")
-    batches = [collator([examples[i] for i in range(b * batch_size, (b + 1) * batch_size)]) for b in range(n_batches)]
-    batches = [{k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()} for batch in batches]
+    padded = [collator([examples[i] for i in range(b * batch_size, (b + 1) * batch_size)]) for b in range(n_batches)]
+    layouts = {"padded": padded}
+    if recipe.spec.padding_free and not args["padded_only"]:
+        layouts["padding-free"] = [flatten_batch(batch) for batch in padded]
 
-    attn = "eager"
-    if cuda:
-        try:
-            recipe.config._attn_implementation = "sdpa"
-            model = recipe.build_model()
-            attn = "sdpa"
-        except (ValueError, ImportError):  # a model without SDPA support (XLNet)
-            recipe.config._attn_implementation = "eager"
-            model = recipe.build_model()
-    else:
-        model = recipe.build_model()
-        attn = getattr(model.config, "_attn_implementation", None) or "default"
+    def to_device(batch):
+        return {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
+
+    layouts = {layout: [to_device(b) for b in batches] for layout, batches in layouts.items()}
+    model = recipe.build_model()
+    attention = default_attention(padding_free=len(layouts) > 1) if recipe.spec.padding_free else None
+    if attention:
+        set_attention(model, attention)
+    attention = getattr(model.config, "_attn_implementation", None) or "default"
     model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cuda)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda)
+    forward = torch.compile(model) if args["compile"] else model
 
     def step(batch):
         with autocast:
-            loss = model(**batch).loss
+            loss = forward(**batch).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    # FLOPs and real tokens of each batch (hooks on), which also warms up
-    counted = []
-    for batch in batches:
-        counter = FlopCounter(model)
-        with counter:
-            step(batch)
-        counted.append((counter.training_flops, counter.tokens))
+    counted = {layout: count_flops(model, batches) for layout, batches in layouts.items()}
+    for _ in range(2 if args["compile"] else 1):  # warm-up (compiles): every batch of every layout
+        for batches in layouts.values():
+            for batch in batches:
+                step(batch)
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
 
-    times = []
+    times: dict[str, list[float]] = {layout: [] for layout in layouts}
     for i in range(args["steps"]):
-        start = time.perf_counter()
-        step(batches[i % n_batches])
-        if cuda:
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    flops = sum(counted[i % n_batches][0] for i in range(args["steps"]))
-    tokens = sum(counted[i % n_batches][1] for i in range(args["steps"]))
-    seconds = sum(times)
+        for layout, batches in layouts.items():  # interleaved: noise hits both layouts alike
+            start = time.perf_counter()
+            step(batches[i % n_batches])
+            if cuda:
+                torch.cuda.synchronize()
+            times[layout].append(time.perf_counter() - start)
     if cuda:
         peak_mib = torch.cuda.max_memory_allocated() / 2**20
         device_name = torch.cuda.get_device_name()
@@ -116,47 +147,153 @@ def measure(name: str, args: dict) -> dict:
         peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - rss_before
         device_name = "cpu"
     peak = device_peak(device_name) if cuda else None
+    real_tokens = sum(int(b["attention_mask"].sum()) for b in padded)
+    computed = sum(int(b["input_ids"].numel()) for b in padded)
+    rows = []
+    for layout in layouts:
+        flops, tokens = counted[layout]  # FLOPs and real tokens of all n_batches
+        seconds = statistics.median(times[layout]) * n_batches  # the median step, once per batch
+        rows.append(
+            {
+                "recipe": name,
+                "layout": layout,
+                "device": device_name,
+                "attention": attention if layout == "padding-free" or attention != "sdpa_packed" else "sdpa",
+                "compiled": bool(args["compile"]),
+                "parameters": model.num_parameters(),
+                "batch": f"{batch_size}×{seq_len}",
+                "waste": computed / real_tokens if layout == "padded" else 1.0,
+                "tokens_per_s": tokens / seconds,
+                "us_per_token": 1e6 * seconds / tokens,
+                "median_step_s": statistics.median(times[layout]),
+                "peak_mib": peak_mib,
+                "flops_per_token": flops / tokens,
+                "tflops": flops / seconds / 1e12,
+                "mfu": flops / seconds / peak if peak else None,
+            }
+        )
+    return rows
+
+
+PLAIN_CLASSES = {"bert": "BertForPreTraining", "roberta": "RobertaForMaskedLM"}
+
+
+def measure_trainer(name: str, args: dict, which: str) -> dict:
+    """Runs in a fresh process: `args["steps"]` Trainer steps of ours (`which="ours"`) or of plain transformers
+    (`"plain"`: the family's transformers class + `DataCollatorForLanguageModeling` + `Trainer`), same examples."""
+    import tempfile
+
+    import torch
+    import transformers
+    from transformers import DataCollatorForLanguageModeling, Trainer, TrainerCallback, TrainingArguments
+
+    from hf_bertology.collators.flatten import PaddingFreeCollator
+    from hf_bertology.training.attention import configure_attention
+    from hf_bertology.training.trainer import BertologyTrainer
+
+    torch.manual_seed(0)
+    cuda = torch.cuda.is_available()
+    if args["compile"]:  # every padding-free batch has its own token count: compile for dynamic shapes at once
+        torch._dynamo.config.assume_static_by_default = False
+    recipe, tokenizer, examples, seq_len, batch_size = prepare(name, args)
+    warmup, steps = 3 if not args["compile"] else 6, args["steps"]
+    needed = (warmup + steps) * batch_size
+    examples = examples.select([i % len(examples) for i in range(needed)])  # repeat a small text if needed
+    if which == "plain":
+        plain_class = getattr(transformers, PLAIN_CLASSES[recipe.variant])
+        config_class = transformers.AutoConfig.for_model(recipe.config.model_type).__class__
+        config = config_class(**{k: v for k, v in recipe.config.to_dict().items() if k != "auto_map"})
+        config._attn_implementation = "sdpa"
+        model = plain_class(config)
+        keep = {"input_ids", "token_type_ids"} | ({"next_sentence_label"} if recipe.variant == "bert" else set())
+        examples = examples.remove_columns([c for c in examples.column_names if c not in keep])
+        collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
+        trainer_cls = Trainer
+    else:
+        model = recipe.build_model()
+        model, collator = configure_attention(
+            model, recipe.build_collator(tokenizer), None, None, recipe.spec.padding_free
+        )
+        trainer_cls = BertologyTrainer
+
+    batch = collator([examples[i] for i in range(batch_size)])
+    flops, tokens = count_flops(model, [batch])
+    flops_per_token = flops / tokens
+    marks: dict[str, float] = {}
+
+    class Clock(TrainerCallback):
+        def on_step_end(self, targs, state, control, **kwargs):
+            if state.global_step in (warmup, warmup + steps):
+                if cuda:
+                    torch.cuda.synchronize()
+                marks[f"t{state.global_step}"] = time.perf_counter()
+                marks[f"n{state.global_step}"] = state.num_input_tokens_seen
+            if state.global_step == warmup and cuda:
+                torch.cuda.reset_peak_memory_stats()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        training_args = TrainingArguments(
+            output_dir=tmp,
+            max_steps=warmup + steps,
+            per_device_train_batch_size=batch_size,
+            learning_rate=1e-4,
+            bf16=cuda,
+            tf32=cuda or None,
+            optim="adamw_torch_fused" if cuda else "adamw_torch",
+            torch_compile=bool(args["compile"]) and which == "ours",
+            save_strategy="no",
+            logging_steps=10**9,
+            report_to="none",
+            remove_unused_columns=False,
+            include_num_input_tokens_seen="non_padding",
+            dataloader_num_workers=args["workers"],
+            use_cpu=not cuda,
+            disable_tqdm=True,
+        )
+        trainer = trainer_cls(model=model, args=training_args, train_dataset=examples, data_collator=collator)
+        trainer.add_callback(Clock())
+        trainer.train()
+    seconds = marks[f"t{warmup + steps}"] - marks[f"t{warmup}"]
+    real = marks[f"n{warmup + steps}"] - marks[f"n{warmup}"]
+    device_name = torch.cuda.get_device_name() if cuda else "cpu"
+    peak = device_peak(device_name) if cuda else None
     return {
         "recipe": name,
+        "which": which + (" (compiled)" if args["compile"] and which == "ours" else ""),
         "device": device_name,
-        "attention": attn,
-        "parameters": model.num_parameters(),
         "batch": f"{batch_size}×{seq_len}",
-        "tokens_per_s": tokens / seconds,
-        "us_per_token": 1e6 * seconds / tokens,
-        "median_step_s": statistics.median(times),
-        "peak_mib": peak_mib,
-        "flops_per_token": flops / tokens,
-        "tflops": flops / seconds / 1e12,
-        "mfu": flops / seconds / peak if peak else None,
+        "padding_free": isinstance(collator, PaddingFreeCollator),
+        "tokens_per_s": real / seconds,
+        "tflops": flops_per_token * real / seconds / 1e12,
+        "mfu": flops_per_token * real / seconds / peak if peak else None,
+        "peak_mib": torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
     }
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--recipes", help="comma-separated (default: every *-mini recipe in the registry)")
-    parser.add_argument("--seq_len", type=int, default=None, help="default: each recipe's max_seq_length")
-    parser.add_argument("--batch_size", type=int, default=None, help="default: each recipe's batch size")
-    parser.add_argument("--steps", type=int, default=10, help="timed steps per recipe (after 4 warm-up steps)")
-    parser.add_argument("--vocab_size", type=int, default=None, help="default: each preset's")
-    parser.add_argument("--text", default=str(DEFAULT_TEXT), help="text the tokenizers and batches come from")
-    parser.add_argument("--device", default="auto", choices=["auto", "cpu"])
-    parser.add_argument("--json", help="also write the rows to this file")
-    args = parser.parse_args(argv)
+def _child(queue, function, args):
+    try:
+        queue.put(("ok", function(*args)))
+    except BaseException as err:  # noqa: B036 - reported to the parent, which raises
+        import traceback
 
-    from hf_bertology.recipes import PRESETS
+        queue.put(("error", f"{type(err).__name__}: {err}\n{traceback.format_exc()}"))
 
-    recipes = args.recipes.split(",") if args.recipes else [name for name in PRESETS if name.endswith("-mini")]
-    if not Path(args.text).is_file():
-        raise SystemExit(f"text file not found: {args.text} (pass --text)")
-    settings = {k: getattr(args, k) for k in ("seq_len", "batch_size", "steps", "vocab_size", "text", "device")}
-    rows = []
+
+def run_in_fresh_process(function, *args):
+    """`function(*args)` in a fresh process: its own peak memory, no allocator state carried over. Not a Pool
+    worker: those are daemonic and may not start the DataLoader's worker processes."""
     context = mp.get_context("spawn")
-    for name in recipes:
-        with context.Pool(1) as pool:  # a fresh process: its own peak memory, no allocator state carried over
-            rows.append(pool.apply(measure, (name, settings)))
-        print(f"measured {name}", file=sys.stderr, flush=True)
+    queue = context.Queue()
+    process = context.Process(target=_child, args=(queue, function, args))
+    process.start()
+    status, result = queue.get()
+    process.join()
+    if status != "ok":
+        raise RuntimeError(result)
+    return result
 
+
+def print_layouts(rows: list[dict]) -> None:
     device = rows[0]["device"]
     on_gpu = device != "cpu"
     print(f"\nper-step training cost on {device}" + (" (bf16 autocast)" if on_gpu else " (fp32)"))
@@ -166,20 +303,73 @@ def main(argv: list[str] | None = None) -> None:
         print(f"MFU against a dense bf16 peak of {device_peak(device) / 1e12:.0f} TFLOP/s")
     else:
         print("MFU: n/a on CPU (no GPU in this run; MFU needs a device with a known bf16 peak)")
-    header = "| recipe | attn | params | batch | tokens/s | ×first | µs/token | median step | peak MiB | FLOPs/token"
-    header += " | TFLOP/s | MFU |"
+    header = "| recipe | layout | attn | compiled | params | batch | waste | real tokens/s | ×padded | µs/token"
+    header += " | median step | peak MiB | FLOPs/token | TFLOP/s | MFU |"
     print(header)
-    print("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    padded = {row["recipe"]: row["tokens_per_s"] for row in rows if row["layout"] == "padded"}
     for row in rows:
         mfu = f"{100 * row['mfu']:.1f}%" if row["mfu"] is not None else "n/a"
         print(
-            f"| {row['recipe']} | {row['attention']} | {row['parameters'] / 1e6:.2f}M | {row['batch']} "
-            f"| {row['tokens_per_s']:,.0f} | {row['tokens_per_s'] / rows[0]['tokens_per_s']:.2f} "
-            f"| {row['us_per_token']:.1f} | {1000 * row['median_step_s']:.0f} ms | {row['peak_mib']:,.0f} "
+            f"| {row['recipe']} | {row['layout']} | {row['attention']} | {'yes' if row['compiled'] else 'no'} "
+            f"| {row['parameters'] / 1e6:.2f}M | {row['batch']} | {row['waste']:.2f} | {row['tokens_per_s']:,.0f} "
+            f"| {row['tokens_per_s'] / padded[row['recipe']]:.2f} | {row['us_per_token']:.2f} "
+            f"| {1000 * row['median_step_s']:.1f} ms | {row['peak_mib']:,.0f} "
             f"| {row['flops_per_token'] / 1e6:.2f}M | {row['tflops']:.3f} | {mfu} |"
         )
     if not on_gpu:
         print("peak MiB on CPU: growth of the process's peak RSS while building and training the model")
+
+
+def print_vs_plain(rows: list[dict]) -> None:
+    print(f"\nours vs plain transformers through a Trainer on {rows[0]['device']} (bf16, SDPA, fused AdamW, TF32)")
+    print("| recipe | run | batch | padding-free | real tokens/s | ×plain | TFLOP/s | MFU | peak MiB |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|")
+    plain = {row["recipe"]: row["tokens_per_s"] for row in rows if row["which"] == "plain"}
+    for row in rows:
+        ratio = f"{row['tokens_per_s'] / plain[row['recipe']]:.2f}" if row["recipe"] in plain else "—"
+        mfu = f"{100 * row['mfu']:.1f}%" if row["mfu"] is not None else "n/a"
+        peak = f"{row['peak_mib']:,.0f}" if row["peak_mib"] is not None else "n/a"
+        print(
+            f"| {row['recipe']} | {row['which']} | {row['batch']} | {'yes' if row['padding_free'] else 'no'} "
+            f"| {row['tokens_per_s']:,.0f} | {ratio} | {row['tflops']:.1f} | {mfu} | {peak} |"
+        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--recipes", help="comma-separated (default: every *-mini recipe in the registry)")
+    parser.add_argument("--seq_len", type=int, default=None, help="default: each recipe's max_seq_length")
+    parser.add_argument("--batch_size", type=int, default=None, help="default: each recipe's batch size")
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per recipe and layout (after warm-up)")
+    parser.add_argument("--vocab_size", type=int, default=None, help="default: each preset's")
+    parser.add_argument("--text", default=str(DEFAULT_TEXT), help="text the tokenizers and batches come from")
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu"])
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model (ours)")
+    parser.add_argument("--padded_only", action="store_true", help="time the padded layout only")
+    parser.add_argument("--vs_plain", action="store_true", help="Trainer runs: ours vs plain transformers")
+    parser.add_argument("--workers", type=int, default=4, help="DataLoader workers of --vs_plain runs")
+    parser.add_argument("--json", help="also write the rows to this file")
+    args = parser.parse_args(argv)
+
+    from hf_bertology.recipes import PRESETS
+
+    recipes = args.recipes.split(",") if args.recipes else [name for name in PRESETS if name.endswith("-mini")]
+    if not Path(args.text).is_file():
+        raise SystemExit(f"text file not found: {args.text} (pass --text)")
+    keys = ("seq_len", "batch_size", "steps", "vocab_size", "text", "device", "compile", "padded_only", "workers")
+    settings = {k: getattr(args, k) for k in keys}
+    rows = []
+    for name in recipes:
+        if args.vs_plain:
+            from hf_bertology.recipes import get_recipe
+
+            runs = ["ours"] + (["plain"] if get_recipe(name).variant in PLAIN_CLASSES else [])
+            rows += [run_in_fresh_process(measure_trainer, name, settings, which) for which in runs]
+        else:
+            rows += run_in_fresh_process(measure, name, settings)
+        print(f"measured {name}", file=sys.stderr, flush=True)
+    print_vs_plain(rows) if args.vs_plain else print_layouts(rows)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
 

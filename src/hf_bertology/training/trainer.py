@@ -98,6 +98,8 @@ class RngRecordingCollator:
         return self.collator(features)
 
     def __getattr__(self, name):  # the Trainer and callers read attributes of the wrapped collator
+        if "collator" not in self.__dict__:  # while unpickling (DataLoader workers under spawn)
+            raise AttributeError(name)
         return getattr(self.__dict__["collator"], name)
 
 

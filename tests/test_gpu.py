@@ -1,0 +1,84 @@
+"""The GPU step: bf16, variable-length attention, torch.compile. CUDA-only tests carry the `cuda` marker: `make test`
+deselects them (CI has no GPU) and `make test-gpu` runs them; on a machine without CUDA they skip with the reason."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hf_bertology.collators.flatten import flatten_batch
+from hf_bertology.recipes import get_recipe
+from hf_bertology.training import attention
+
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (bf16, varlen, compile)")
+pytestmark = [pytest.mark.cuda, requires_cuda]
+
+
+def _random_packed(lengths, heads=4, dim=32, dtype=torch.bfloat16):
+    total = sum(lengths)
+    q, k, v = (torch.randn(1, heads, total, dim, device="cuda", dtype=dtype) for _ in range(3))
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    return q, k, v, cu, max(lengths)
+
+
+def test_varlen_kernel_equals_padded_sdpa():
+    """The CUDA varlen kernel (no padding at all) and the re-padded SDPA path compute the same attention."""
+    assert attention.varlen_attn is not None, "torch.nn.attention.varlen is missing: torch >= 2.9 needed"
+    q, k, v, cu, longest = _random_packed([7, 128, 33, 1, 90])
+    module = torch.nn.Module()
+    kwargs = {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": longest, "max_length_k": longest}
+    fast, _ = attention.packed_attention_forward(module, q, k, v, None, dropout=0.0, scaling=32**-0.5, **kwargs)
+    reference = attention._repad_sdpa(q.float(), k.float(), v.float(), cu, longest, 0.0, 32**-0.5)
+    error = (fast.float() - reference).norm() / reference.norm()
+    assert error < 1e-2, f"relative error {error:.2e} (bf16 operands: 1e-3..1e-2 expected)"
+
+
+@pytest.mark.parametrize("name", ["bert-tiny", "electra-tiny", "spanbert-tiny"])
+def test_bf16_padding_free_loss_matches_padded(name, corpus_file):
+    from hf_bertology.data import build_pretraining_dataset, load_corpus, tokenize_corpus
+
+    recipe = get_recipe(name, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    corpus = load_corpus(train_files=[str(corpus_file)])
+    tokenizer = recipe.train_tokenizer(corpus["text"], 300)
+    recipe.adapt_to_tokenizer(tokenizer)
+    examples = build_pretraining_dataset(tokenize_corpus(corpus, tokenizer), tokenizer, recipe.config, 64, 0)
+    padded = recipe.build_collator(tokenizer, seed=0)([examples[i] for i in range(8)])
+    flat = flatten_batch(padded)
+    model = attention.use_padding_free(recipe.build_model()).cuda()
+    losses = []
+    for batch in (padded, flat):
+        torch.manual_seed(0)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            losses.append(model(**{k: v.cuda() if torch.is_tensor(v) else v for k, v in batch.items()}).loss)
+    torch.testing.assert_close(losses[1], losses[0], rtol=2e-2, atol=2e-2)
+
+
+def test_compiled_padding_free_step_recompiles_a_bounded_number_of_times(corpus_file):
+    """Every padding-free batch has another token count: after the first few steps (static, then dynamic
+    shapes) torch.compile must not compile again."""
+    from torch._dynamo.utils import counters
+
+    from hf_bertology.data import build_pretraining_dataset, load_corpus, tokenize_corpus
+
+    recipe = get_recipe("roberta-tiny")
+    corpus = load_corpus(train_files=[str(corpus_file)])
+    tokenizer = recipe.train_tokenizer(corpus["text"], 300)
+    recipe.adapt_to_tokenizer(tokenizer)
+    examples = build_pretraining_dataset(tokenize_corpus(corpus, tokenizer), tokenizer, recipe.config, 64, 0)
+    collator = recipe.build_collator(tokenizer, seed=0)
+    model = attention.use_padding_free(recipe.build_model()).cuda()
+    compiled = torch.compile(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    torch._dynamo.reset()
+    counters.clear()
+    graphs = []
+    for step in range(16):
+        batch = flatten_batch(collator([examples[(step * 5 + i) % len(examples)] for i in range(4 + step % 3)]))
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = compiled(**{k: v.cuda() if torch.is_tensor(v) else v for k, v in batch.items()}).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        assert torch.isfinite(loss)
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert graphs[-1] == graphs[5], f"graphs compiled per step: {graphs}"
