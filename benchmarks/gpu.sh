@@ -1,26 +1,28 @@
 #!/usr/bin/env bash
-# The README's GPU figures in one go: the CUDA tests, padded vs padding-free (same batches, same process), and ours
-# vs plain transformers through a Trainer. Every table is also written under OUT_DIR.
-#   benchmarks/gpu.sh OUT_DIR [TEXT_FILE] [eager|compiled|all]
+# The README's GPU figures: the CUDA tests, padded vs padding-free (same batches, same process), and ours vs plain
+# transformers through a Trainer, eager and compiled. Every table (markdown, JSON, log) is also written to OUT_DIR.
+#   benchmarks/gpu.sh OUT_DIR [TEXT_FILE] [PART ...]     PART: tests layouts layouts512 plain compiled (default: all)
 set -uo pipefail
-out=${1:?usage: benchmarks/gpu.sh OUT_DIR [TEXT_FILE] [eager|compiled|all]}
+out=${1:?usage: benchmarks/gpu.sh OUT_DIR [TEXT_FILE] [PART ...]}
 text=${2:-../shared/data/wikitext-2-raw/wiki.valid.raw}
-part=${3:-all}
+shift $(($# > 1 ? 2 : 1))
+parts=${*:-tests layouts layouts512 plain compiled}
 py=${PYTHON:-python3}
 mkdir -p "$out"
 bench() {  # name, then step_cost.py flags
-  local name=$1; shift
+  local name=$1
+  shift
   echo "== $name: step_cost.py $*"
-  $py benchmarks/step_cost.py --text "$text" --json "$out/$name.json" "$@" 2>"$out/$name.err" | tee "$out/$name.md" | grep '^|'
-  tail -3 "$out/$name.err" | grep -i error
+  $py benchmarks/step_cost.py --text "$text" --json "$out/$name.json" "$@" 2>"$out/$name.log" | tee "$out/$name.md" | grep '^|'
+  grep -i "error" "$out/$name.log" | tail -3
 }
-if [ "$part" != compiled ]; then
-  $py -m pytest -q -m cuda tests/test_gpu.py -p no:cacheprovider 2>&1 | tee "$out/cuda_tests.log" | tail -3
-  bench layouts128 --recipes bert-base,roberta-base,electra-small,electra-base --seq_len 128 --batch_size 256 --steps 20
-  bench layouts512 --recipes bert-base,roberta-base --seq_len 512 --batch_size 64 --steps 20
-  bench vs_plain128 --recipes bert-base,roberta-base,electra-small --seq_len 128 --batch_size 256 --steps 30 --vs_plain
-fi
-if [ "$part" != eager ]; then
-  bench vs_plain128_compiled --recipes bert-base,electra-small --seq_len 128 --batch_size 256 --steps 30 --vs_plain --compile
-  bench layouts512_compiled --recipes bert-base --seq_len 512 --batch_size 64 --steps 20 --compile
-fi
+for part in $parts; do
+  case $part in
+    tests) $py -m pytest -q -m cuda tests/test_gpu.py -p no:cacheprovider 2>&1 | tee "$out/cuda_tests.log" | tail -3 ;;
+    layouts) bench layouts128 --recipes bert-base,roberta-base,electra-small,electra-base --seq_len 128 --batch_size 256 --steps 20 ;;
+    layouts512) bench layouts512 --recipes bert-base,roberta-base --seq_len 512 --batch_size 64 --steps 20 ;;
+    plain) bench vs_plain128 --recipes bert-base,roberta-base,electra-small --seq_len 128 --batch_size 256 --steps 30 --vs_plain ;;
+    compiled) bench vs_plain128_compiled --recipes bert-base,electra-small --seq_len 128 --batch_size 256 --steps 30 --vs_plain --compile ;;
+    *) echo "unknown part $part" ;;
+  esac
+done

@@ -368,10 +368,10 @@ def main(argv: list[str] | None = None) -> None:
             rows += [run_in_fresh_process(measure_trainer, name, settings, which) for which in runs]
         else:
             rows += run_in_fresh_process(measure, name, settings)
-        print(f"measured {name}", file=sys.stderr, flush=True)
+        print(f"measured {name}: {json.dumps(rows[-1])}", file=sys.stderr, flush=True)
+        if args.json:  # after every recipe: a run stopped part-way keeps what it measured
+            Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
     print_vs_plain(rows) if args.vs_plain else print_layouts(rows)
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ import torch
 # Keys whose values are positions inside a row; flattened, they move by the example's offset in the flat row.
 POSITION_KEYS = ("sbo_boundaries",)
 # Keyword arguments of variable-length attention (transformers' `FlashAttentionKwargs` names).
-PACKED_KEYS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
+PACKED_KEYS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "packed_slots")
 # Keys that cannot be flattened (XLNet's permutation inputs are (B, L, L) / (B, P, L) by construction).
 UNFLATTENABLE = ("perm_mask", "target_mapping")
 
@@ -72,6 +72,10 @@ def flatten_batch(batch: dict[str, torch.Tensor]) -> dict[str, Any]:
     flat["attention_mask"] = torch.ones_like(flat["position_ids"])  # counts only: every token is real
     flat["cu_seq_lens_q"] = flat["cu_seq_lens_k"] = cu_seqlens
     flat["max_length_q"] = flat["max_length_k"] = longest
+    # Where each token sits in a (B, longest) layout, for attention kernels without variable lengths (the CPU):
+    # computed here once per batch rather than in every layer (and `bucketize` does not compile on every torch).
+    slots = torch.arange(rows)[:, None] * longest + torch.arange(width)[None, :]  # (B, L)
+    flat["packed_slots"] = slots[real]  # (T,)
     return flat
 
 

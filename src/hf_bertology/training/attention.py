@@ -6,10 +6,10 @@ A padding-free batch (`hf_bertology.collators.flatten`) is one row of T real tok
 forward, so a registered function sees `cu_seq_lens_q` / `max_length_q` without any modeling code copied:
 
 - `flash_attention_2` (when the `flash_attn` package is installed, CUDA): transformers' own varlen path;
-- `sdpa_packed` (registered here; any device): on CUDA in bf16/fp16 without attention dropout, torch's
-  `torch.nn.attention.varlen.varlen_attn` (FlashAttention's varlen kernel, no padding anywhere); otherwise the
-  MosaicBERT layout: the flat q/k/v are scattered into `(B, max_len)` for one SDPA call with a key-padding mask and
-  gathered back, so attention (a small share of the FLOPs at these lengths) sees padding and every matmul, layer
+- `sdpa_packed` (registered here; any device): on CUDA in bf16/fp16, FlashAttention's variable-length kernel as
+  torch ships it (`aten._flash_attention_forward`: no padding anywhere, attention dropout included, which
+  `torch.nn.attention.varlen.varlen_attn` does not offer); otherwise (CPU, fp32) the MosaicBERT layout: the flat
+  q/k/v are scattered into `(B, max_len)` for one SDPA call with a key-padding mask and gathered back, so attention (a small share of the FLOPs at these lengths) sees padding and every matmul, layer
   norm and head runs on real tokens only. Attention never crosses examples in either path. Batches without
   `cu_seq_lens_q` get plain SDPA with transformers' mask, so one model serves padded and packed batches.
 
@@ -20,7 +20,6 @@ XLNet keeps padded batches: its two-stream relative attention is its own code, n
 from __future__ import annotations
 
 import importlib.util
-import inspect
 
 import torch
 import torch.nn.functional as F
@@ -32,42 +31,50 @@ PACKED_ATTENTION = "sdpa_packed"
 # Implementations that read `cu_seq_lens_q`: a packed batch under any other would attend across examples.
 PACKED_IMPLEMENTATIONS = (PACKED_ATTENTION, "flash_attention_2", "flash_attention_3", "flash_attention_4")
 
-try:  # torch >= 2.9: FlashAttention's variable-length kernel, CUDA only
-    from torch.nn.attention.varlen import varlen_attn
 
-    _VARLEN_TAKES_IS_CAUSAL = "is_causal" in inspect.signature(varlen_attn).parameters
-except ImportError:  # pragma: no cover - older torch
-    varlen_attn = None
-    _VARLEN_TAKES_IS_CAUSAL = False
+def _repad_sdpa(query, key, value, cu_seqlens, max_len, dropout, scaling, slots=None):
+    """SDPA over each example of a flat `(1, H, T, D)` batch: scatter into `(B, H, max_len, D)`, attend, gather.
 
-
-def _row_layout(cu_seqlens: torch.Tensor, total: int, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Flat index t -> slot `row * max_len + col` of the padded layout, and the `(B, max_len)` key mask."""
-    cu = cu_seqlens.to(torch.long)
-    token = torch.arange(total, device=cu.device)
-    row = torch.bucketize(token, cu[1:], right=True)  # (T,) example of every token
-    slot = row * max_len + (token - cu[row])
-    lengths = cu[1:] - cu[:-1]
-    keep = torch.arange(max_len, device=cu.device)[None, :] < lengths[:, None]  # (B, max_len)
-    return slot, keep
-
-
-def _repad_sdpa(query, key, value, cu_seqlens, max_len, dropout, scaling):
-    """SDPA over each example of a flat `(1, H, T, D)` batch: scatter into `(B, H, max_len, D)`, attend, gather."""
+    `slots` (`(T,)`): each token's place `row * max_len + col` (the collator's `packed_slots`); else derived here.
+    """
     _, heads, total, dim = query.shape
     rows = cu_seqlens.numel() - 1
-    slot, keep = _row_layout(cu_seqlens, total, max_len)
+    cu = cu_seqlens.to(torch.long)
+    if slots is None:
+        token = torch.arange(total, device=cu.device)
+        row = torch.bucketize(token, cu[1:], right=True)  # (T,) example of every token
+        slots = row * max_len + (token - cu[row])
+    slots = slots.to(query.device)
+    lengths = cu[1:] - cu[:-1]
+    keep = torch.arange(max_len, device=cu.device)[None, :] < lengths[:, None]  # (B, max_len)
 
     def pad(x):  # (1, H, T, D) -> (B, H, max_len, D)
         out = x.new_zeros(rows * max_len, heads, dim)
-        out = out.index_copy(0, slot, x[0].transpose(0, 1))  # (T, H, D) into the slots
+        out = out.index_copy(0, slots, x[0].transpose(0, 1))  # (T, H, D) into the slots
         return out.view(rows, max_len, heads, dim).transpose(1, 2)
 
     out = F.scaled_dot_product_attention(
         pad(query), pad(key), pad(value), attn_mask=keep[:, None, None, :], dropout_p=dropout, scale=scaling
     )  # (B, H, max_len, D)
-    out = out.transpose(1, 2).reshape(rows * max_len, heads, dim)[slot]  # (T, H, D)
+    out = out.transpose(1, 2).reshape(rows * max_len, heads, dim)[slots]  # (T, H, D)
     return out.unsqueeze(0)  # (1, T, H, D)
+
+
+def _flash_varlen(query, key, value, cu_seqlens, max_len, dropout, scaling):
+    """FlashAttention's variable-length kernel as torch ships it (`aten._flash_attention_forward`, differentiable,
+    with attention dropout, which `torch.nn.attention.varlen.varlen_attn` does not take): no padding at all."""
+    q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))  # (T, H, D)
+    cu = cu_seqlens.to(torch.int32)
+    out = torch.ops.aten._flash_attention_forward(
+        q, k, v, cu, cu, max_len, max_len, dropout, False, False, scale=scaling
+    )[0]  # (T, H, D)
+    return out.unsqueeze(0)  # (1, T, H, D)
+
+
+def flash_varlen_applies(query: torch.Tensor) -> bool:
+    """CUDA, half precision and a head size the flash kernel takes."""
+    dim = query.shape[-1]
+    return query.is_cuda and query.dtype in (torch.float16, torch.bfloat16) and dim % 8 == 0 and dim <= 256
 
 
 def packed_attention_forward(
@@ -98,13 +105,10 @@ def packed_attention_forward(
     if max_len is None:
         max_len = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
     cu_seqlens = cu_seqlens.to(query.device)
-    if varlen_attn is not None and query.is_cuda and query.dtype in (torch.float16, torch.bfloat16) and dropout == 0:
-        q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))  # (T, H, D)
-        extra = {"is_causal": False} if _VARLEN_TAKES_IS_CAUSAL else {}
-        cu = cu_seqlens.to(torch.int32)
-        out = varlen_attn(q, k, v, cu, cu, max_len, max_len, scale=scaling, **extra)  # (T, H, D)
-        return out.unsqueeze(0), None
-    return _repad_sdpa(query, key, value, cu_seqlens, max_len, dropout, scaling), None
+    if flash_varlen_applies(query):
+        return _flash_varlen(query, key, value, cu_seqlens, max_len, dropout, scaling), None
+    slots = kwargs.get("packed_slots")
+    return _repad_sdpa(query, key, value, cu_seqlens, max_len, dropout, scaling, slots), None
 
 
 def register_packed_attention() -> str:
