@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
+import torch
 import transformers
 from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments, set_seed
 
@@ -131,6 +132,42 @@ def apply_defaults(training_args: TrainingArguments, defaults: dict, explicit: s
     values = {key: value for key, value in values.items() if key in explicit or key == "output_dir"}
     rebuilt = TrainingArguments(**{**values, **updates})
     return rebuilt
+
+
+def launched_world_size() -> int:
+    """The number of processes a launcher (`torchrun`, `accelerate launch`) started, from its `WORLD_SIZE`."""
+    return int(os.environ.get("WORLD_SIZE", "1") or 1)
+
+
+def has_accelerator() -> bool:
+    """Whether torch sees a GPU or another accelerator (CUDA, XPU, MPS, ...) that the Trainer would run on."""
+    accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6
+    return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
+
+
+def launcher_defaults(training_args: TrainingArguments, explicit: set[str]) -> dict:
+    """Under a multi-process launcher on a machine without an accelerator: one CPU job over gloo.
+
+    Without `use_cpu`, accelerate's `PartialState` looks for a GPU backend, finds none and reports
+    `DistributedType.NO` on every rank, so each rank would train the whole corpus alone and write the same folder.
+    A user's `--use_cpu false` is kept (and stopped by `check_world_size`).
+    """
+    if "use_cpu" in explicit and not training_args.use_cpu:
+        return {}
+    if launched_world_size() > 1 and not has_accelerator():
+        return {"use_cpu": True, "ddp_backend": "gloo"}
+    return {}
+
+
+def check_world_size(training_args: TrainingArguments) -> None:
+    """A launcher's processes must form one job: stop before training if the Trainer sees only itself."""
+    launched = launched_world_size()
+    if launched > 1 and training_args.world_size != launched:
+        raise BertologyError(
+            f"the launcher started {launched} processes but each would train alone (world size "
+            f"{training_args.world_size}, use_cpu={training_args.use_cpu}, ddp_backend={training_args.ddp_backend}); "
+            "on CPUs pass --use_cpu true --ddp_backend gloo"
+        )
 
 
 def fit_warmup(training_args: TrainingArguments) -> TrainingArguments:
@@ -293,8 +330,13 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
     # -- recipe, with its training defaults wherever no flag was given ----------------------------------------
     recipe = build_recipe(model_args)
     training_args = fit_warmup(
-        apply_defaults(training_args, {**PRETRAIN_DEFAULTS, **recipe.training_defaults}, explicit)
+        apply_defaults(
+            training_args,
+            {**PRETRAIN_DEFAULTS, **recipe.training_defaults, **launcher_defaults(training_args, explicit)},
+            explicit,
+        )
     )
+    check_world_size(training_args)
     max_seq_length = data_args.max_seq_length or recipe.max_seq_length
     resume_from = resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
     set_seed(training_args.seed)
@@ -410,7 +452,8 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
         eval_metrics["perplexity"] = math.exp(min(eval_metrics.get("eval_mlm_loss", eval_metrics["eval_loss"]), 50))
         metrics.update(eval_metrics)
 
-    # -- the Hub-format folder ------------------------------------------------------------------------------
+    # -- the Hub-format folder: one process writes it, the others wait until it is complete ------------------
+    metrics["tokens_seen"] = int(trainer.state.num_input_tokens_seen or 0)
     if trainer.is_world_process_zero():
         output_dir = training_args.output_dir
         save_folder(trainer.model, tokenizer, output_dir)
@@ -429,13 +472,13 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
             plain_auto_class=recipe.spec.plain_auto_class,
             repo_id=(push_args.hub_model_id or Path(output_dir).absolute().name) if push_args.push_to_hub else None,
         )
-        metrics["tokens_seen"] = int(trainer.state.num_input_tokens_seen or 0)
         with open(os.path.join(output_dir, "all_results.json"), "w") as handle:
             json.dump(metrics, handle, indent=2)
         logger.info("wrote %s", output_dir)
         commit_url = push_from_training_args(output_dir, push_args)
         if commit_url:
             logger.info("pushed to %s", commit_url)
+    trainer.accelerator.wait_for_everyone()
     return metrics
 
 
