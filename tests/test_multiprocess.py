@@ -28,10 +28,10 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def launch(launcher: list[str], tmp_path) -> list[dict]:
+def launch(launcher: list[str], tmp_path, recipes: list[str] | None = None, wrap: str = "ddp") -> list[dict]:
     corpus = write_corpus(tmp_path / "corpus.txt", n_docs=30)
     cases = []
-    for recipe in tiny_recipes():
+    for recipe in recipes or tiny_recipes():
         tokenizer_dir = tmp_path / f"tok-{recipe}"  # trained once here: every process must use the same one
         hb.get_recipe(recipe).train_tokenizer([corpus.read_text()], vocab_size=300).save_pretrained(tokenizer_dir)
         out = tmp_path / f"run-{recipe}"
@@ -39,7 +39,7 @@ def launch(launcher: list[str], tmp_path) -> list[dict]:
             {"recipe": recipe, "tokenizer": str(tokenizer_dir), "train_file": str(corpus), "output_dir": str(out)}
         )
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"cases": cases, "result": str(tmp_path / "result.json")}))
+    spec.write_text(json.dumps({"cases": cases, "result": str(tmp_path / "result.json"), "wrap": wrap}))
     done = subprocess.run(
         [*launcher, str(REPO / "tests" / "ddp_worker.py"), str(spec)],
         env=subprocess_env(MASTER_ADDR="127.0.0.1"),
@@ -56,8 +56,8 @@ def launch(launcher: list[str], tmp_path) -> list[dict]:
     return [result for rank in ranks for result in rank]
 
 
-def check(results: list[dict]) -> None:
-    assert {r["recipe"] for r in results} == set(tiny_recipes())
+def check(results: list[dict], recipes: list[str] | None = None) -> None:
+    assert {r["recipe"] for r in results} == set(recipes or tiny_recipes())
     for result in results:
         assert result["count_diff"] == 0, result
         assert result["missing_grads"] == [], result
@@ -70,6 +70,16 @@ def test_torchrun_two_processes_equal_one(tmp_path):
     # --standalone: a local rendezvous on a free port (`--master_port 0` would hang the processes).
     launcher = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     check(launch(launcher, tmp_path))
+
+
+def test_fsdp2_two_processes_equal_one(tmp_path):
+    # torch's FSDP2 (`fully_shard`) on 2 CPU processes over gloo: one BERT step's loss and gradients equal one
+    # process on the whole batch. accelerate itself shards only on GPU-type process groups: `bertology pretrain
+    # --fsdp full_shard` trains with DDP on CPUs and must say so.
+    launcher = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    results = launch(launcher, tmp_path, ["bert-tiny"], wrap="fsdp2")
+    check(results, ["bert-tiny"])
+    assert all(result["fsdp_ignored_warned"] for result in results), results
 
 
 @pytest.mark.slow
@@ -147,16 +157,13 @@ def test_readme_accelerate_command_is_one_job(tmp_path):
 
 
 def test_launcher_on_cpu_defaults_to_one_gloo_job(monkeypatch):
-    from transformers import TrainingArguments
-
-    args = TrainingArguments("unused", use_cpu=False)
     gloo = {} if pretrain.has_accelerator() else {"use_cpu": True, "ddp_backend": "gloo"}
     monkeypatch.setenv("WORLD_SIZE", "2")
-    assert pretrain.launcher_defaults(args, explicit=set()) == gloo
-    assert pretrain.launcher_defaults(args, explicit={"ddp_backend"}) == gloo  # apply_defaults keeps the user's
-    assert pretrain.launcher_defaults(args, explicit={"use_cpu"}) == {}  # `--use_cpu false`: the user's choice
+    assert pretrain.launcher_defaults(set()) == gloo
+    assert pretrain.launcher_defaults({"ddp_backend"}) == {k: v for k, v in gloo.items() if k == "use_cpu"}
+    assert pretrain.launcher_defaults({"use_cpu"}) == {}  # the user's `--use_cpu true|false` decides alone
     monkeypatch.setenv("WORLD_SIZE", "1")
-    assert pretrain.launcher_defaults(args, explicit=set()) == {}
+    assert pretrain.launcher_defaults(set()) == {}
 
 
 def test_launcher_with_one_process_a_rank_stops_before_training(tmp_path, monkeypatch, capsys):

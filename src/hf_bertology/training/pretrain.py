@@ -99,28 +99,42 @@ PRETRAIN_DEFAULTS = {
 }
 
 
+ARGUMENT_FILES = (".json", ".yaml", ".yml")
+
+
+def read_argument_file(path: str) -> dict:
+    """The keys and values of a JSON or YAML argument file."""
+    text = Path(path).read_text(encoding="utf-8")
+    if path.endswith(".json"):
+        return json.loads(text)
+    import yaml
+
+    return yaml.safe_load(text) or {}
+
+
 def explicit_keys(argv: list[str]) -> set[str]:
     """Argument names the user set (flags, or keys of a JSON/YAML file), so recipe defaults do not override them."""
-    if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
-        text = Path(argv[0]).read_text(encoding="utf-8")
-        if argv[0].endswith(".json"):
-            return set(json.loads(text))
-        import yaml
-
-        return set(yaml.safe_load(text) or {})
+    if len(argv) == 1 and argv[0].endswith(ARGUMENT_FILES):
+        return set(read_argument_file(argv[0]))
     return {arg[2:].split("=", 1)[0].replace("-", "_") for arg in argv if arg.startswith("--")}
 
 
 def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, TrainingArguments, set[str]]:
+    """Flags (or one JSON/YAML file) -> the three argument dataclasses and the names the user set.
+
+    Under a launcher on a CPU machine, `use_cpu`/`ddp_backend` default to one gloo job already here: the
+    TrainingArguments set up the process group as they are built (see `launcher_defaults`).
+    """
     parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
     parser.prog = "bertology pretrain"
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        model_args, data_args, training_args = parser.parse_json_file(argv[0])
-    elif len(argv) == 1 and argv[0].endswith((".yaml", ".yml")):
-        model_args, data_args, training_args = parser.parse_yaml_file(argv[0])
+    explicit = explicit_keys(argv)
+    launch = launcher_defaults(explicit)
+    if len(argv) == 1 and argv[0].endswith(ARGUMENT_FILES):
+        model_args, data_args, training_args = parser.parse_dict({**launch, **read_argument_file(argv[0])})
     else:
+        parser.set_defaults(**launch)
         model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
-    return model_args, data_args, training_args, explicit_keys(argv)
+    return model_args, data_args, training_args, explicit
 
 
 def apply_defaults(training_args: TrainingArguments, defaults: dict, explicit: set[str]) -> TrainingArguments:
@@ -145,18 +159,16 @@ def has_accelerator() -> bool:
     return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
 
 
-def launcher_defaults(training_args: TrainingArguments, explicit: set[str]) -> dict:
+def launcher_defaults(explicit: set[str]) -> dict:
     """Under a multi-process launcher on a machine without an accelerator: one CPU job over gloo.
 
     Without `use_cpu`, accelerate's `PartialState` looks for a GPU backend, finds none and reports
     `DistributedType.NO` on every rank, so each rank would train the whole corpus alone and write the same folder.
-    A user's `--use_cpu false` is kept (and stopped by `check_world_size`).
+    A user who sets `--use_cpu` decides alone (`false` is then stopped by `check_world_size`).
     """
-    if "use_cpu" in explicit and not training_args.use_cpu:
+    if "use_cpu" in explicit or launched_world_size() <= 1 or has_accelerator():
         return {}
-    if launched_world_size() > 1 and not has_accelerator():
-        return {"use_cpu": True, "ddp_backend": "gloo"}
-    return {}
+    return {key: value for key, value in {"use_cpu": True, "ddp_backend": "gloo"}.items() if key not in explicit}
 
 
 def check_world_size(training_args: TrainingArguments) -> None:
@@ -167,6 +179,20 @@ def check_world_size(training_args: TrainingArguments) -> None:
             f"the launcher started {launched} processes but each would train alone (world size "
             f"{training_args.world_size}, use_cpu={training_args.use_cpu}, ddp_backend={training_args.ddp_backend}); "
             "on CPUs pass --use_cpu true --ddp_backend gloo"
+        )
+
+
+def warn_if_fsdp_ignored(trainer) -> None:
+    """FSDP asked for (`--fsdp`, or accelerate's FSDP config) but not in use: say so instead of running DDP silently.
+
+    torch's FSDP2 runs on CPUs over gloo (tests/test_multiprocess.py), but accelerate switches to FSDP only on
+    GPU-type process groups (CUDA, XPU, NPU, ...), never on a CPU one, so there the Trainer wraps the model in DDP.
+    """
+    asked = bool(trainer.args.fsdp) or os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
+    if asked and not trainer.is_fsdp_enabled:
+        logger.warning(
+            "FSDP was asked for, but accelerate shards models only on GPUs: training with DDP (every process holds "
+            "the whole model)"
         )
 
 
@@ -332,7 +358,7 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
     training_args = fit_warmup(
         apply_defaults(
             training_args,
-            {**PRETRAIN_DEFAULTS, **recipe.training_defaults, **launcher_defaults(training_args, explicit)},
+            {**PRETRAIN_DEFAULTS, **recipe.training_defaults, **launcher_defaults(explicit)},
             explicit,
         )
     )
@@ -443,6 +469,7 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
         processing_class=tokenizer,
         callbacks=[*callbacks_for(model), *(callbacks or [])],
     )
+    warn_if_fsdp_ignored(trainer)
     metrics: dict = {}
     if training_args.do_train or not training_args.do_eval:
         result = trainer.train(resume_from_checkpoint=resume_from)
