@@ -3,18 +3,23 @@
     torchrun --nproc_per_node 2 tests/ddp_worker.py SPEC.json
     accelerate launch --multi_gpu --num_processes 2 tests/ddp_worker.py SPEC.json
 
-SPEC: {"cases": [{"recipe", "tokenizer", "train_file", "output_dir"}, ...], "result": path}. For each variant
-family:
+SPEC: {"cases": [{"recipe", "tokenizer", "train_file", "output_dir"}, ...], "result": path, "wrap": "ddp"}.
+For each variant family:
 1. one optimizer step's loss and gradients through BertologyTrainer under DDP (each process holds half of a global
    batch; the Trainer's counting gathers the dict `num_items_in_batch` across processes) against one process on the
    whole batch, on every rank;
 2. `bertology pretrain` (2 steps) under the same launch.
+With "wrap": "fsdp2", step 1 runs on a model sharded by torch's FSDP2 (`fully_shard` on each transformer layer,
+then on the whole model, over a CPU device mesh: what accelerate's TRANSFORMER_BASED_WRAP does on GPUs), and step 2
+runs with `--fsdp full_shard`, which accelerate turns into DDP on CPUs: the run must warn that it does.
 Rank 0 writes the largest differences to SPEC["result"].
 """
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
+import io
 import json
 import sys
 
@@ -30,7 +35,27 @@ from hf_bertology.training.trainer import BertologyTrainer, is_count_key
 GLOBAL_BATCH = 8
 
 
-def one_step(case: dict, output_dir: str) -> dict:
+def shard_fsdp2(model: torch.nn.Module) -> torch.nn.Module:
+    """FSDP2 over all processes: one group per transformer layer (the model's `_no_split_modules` blocks; the
+    embeddings stay in the root group with the output head they are tied to), then the rest."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    blocks = {name for name in model._no_split_modules if name.endswith("Layer")}
+    assert blocks, model._no_split_modules
+    for module in list(model.modules()):
+        if type(module).__name__ in blocks:
+            fully_shard(module, mesh=mesh)
+    return fully_shard(model, mesh=mesh)
+
+
+def full(tensor):
+    """A gradient as one plain tensor (FSDP2 holds each process's shard of it as a DTensor)."""
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+
+
+def one_step(case: dict, output_dir: str, wrap: str = "ddp") -> dict:
     # Dropout off: it draws per row, so half batches would see other masks than the whole batch.
     config = hb.get_recipe(case["recipe"]).config.to_dict()
     no_dropout = {k: 0.0 for k, v in config.items() if "dropout" in k and isinstance(v, float)}
@@ -71,7 +96,11 @@ def one_step(case: dict, output_dir: str) -> dict:
     # -- DDP: half the rows on each process, through the Trainer ---------------------------------------------
     share = GLOBAL_BATCH // world
     local = {k: v[rank * share : (rank + 1) * share] if v.dim() > 0 else v for k, v in batch.items()}
-    wrapped = trainer.accelerator.prepare(trainer.model)
+    if wrap == "fsdp2":
+        wrapped = shard_fsdp2(trainer.model)
+        assert any(hasattr(p, "full_tensor") for p in wrapped.parameters())  # really sharded
+    else:
+        wrapped = trainer.accelerator.prepare(trainer.model)
     trainer.model_wrapped = wrapped
     local_counts = trainer._get_num_items_in_batch([local], args.device)
     local_loss = trainer.training_step(wrapped, local, local_counts)
@@ -81,7 +110,7 @@ def one_step(case: dict, output_dir: str) -> dict:
     count_diff = max(abs(int(local_counts[k]) - int(counts[k])) for k in counts)
     ref_grads = dict(reference.named_parameters())
     grad_diff = max(
-        (p.grad - ref_grads[n].grad).abs().max().item()
+        (full(p.grad) - ref_grads[n].grad).abs().max().item()
         for n, p in trainer.model.named_parameters()
         if p.grad is not None or ref_grads[n].grad is not None
     )
@@ -102,15 +131,22 @@ def main() -> None:
     faulthandler.dump_traceback_later(600, exit=True)  # a stuck collective prints its stacks and exits
     spec = json.loads(open(sys.argv[1]).read())
     results = []
+    wrap = spec.get("wrap", "ddp")
     for case in spec["cases"]:
-        results.append(one_step(case, case["output_dir"] + "-step"))
+        results.append(one_step(case, case["output_dir"] + "-step", wrap))
         argv = [
             "pretrain", "--recipe", case["recipe"], "--tokenizer_name", case["tokenizer"],
             "--train_file", case["train_file"], "--output_dir", case["output_dir"], "--max_steps", "2",
             "--per_device_train_batch_size", "2", "--save_strategy", "no",
             "--report_to", "none", "--use_cpu", "true", "--ddp_backend", "gloo", "--seed", "0",
         ]  # fmt: skip
-        results[-1]["pretrain_status"] = cli.main(argv)
+        if wrap == "fsdp2":  # accelerate does not shard on CPUs: the run must say so, then train with DDP
+            with contextlib.redirect_stderr(io.StringIO()) as err:
+                results[-1]["pretrain_status"] = cli.main([*argv, "--fsdp", "full_shard"])
+            results[-1]["fsdp_ignored_warned"] = "FSDP was asked for" in err.getvalue()
+            results[-1]["stderr"] = err.getvalue()[-2000:] if results[-1]["pretrain_status"] else ""
+        else:
+            results[-1]["pretrain_status"] = cli.main(argv)
     gathered = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, results)
     if dist.get_rank() == 0:

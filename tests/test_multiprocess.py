@@ -1,17 +1,22 @@
 """Multi-process pretraining on CPU: `torchrun --nproc_per_node 2` (gloo) runs BertologyTrainer's step and
 `bertology pretrain` for every variant family; one step's loss and gradients equal one process on the same global
-batch. One launch for all families (each launch costs ~10 s); `accelerate launch` is the slow variant."""
+batch. One launch for all families (each launch costs ~10 s); `accelerate launch` is the slow variant.
+
+The README's own `torchrun` and `accelerate launch` lines, as written (only the recipe, corpus and folder made
+tiny), must run one job: the two ranks together see what one process sees with twice the batch, and one process
+writes the folder. Launchers run as `sys.executable -m ...`, so no test depends on what is on PATH."""
 
 from __future__ import annotations
 
 import json
-import shutil
+import shlex
 import socket
 import subprocess
 
 import pytest
 
 import hf_bertology as hb
+from hf_bertology.training import pretrain
 from platform_support import PYTHON, REPO, subprocess_env, tiny_recipes, write_corpus
 
 TOLERANCE = 1e-5
@@ -23,10 +28,10 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def launch(launcher: list[str], tmp_path) -> list[dict]:
+def launch(launcher: list[str], tmp_path, recipes: list[str] | None = None, wrap: str = "ddp") -> list[dict]:
     corpus = write_corpus(tmp_path / "corpus.txt", n_docs=30)
     cases = []
-    for recipe in tiny_recipes():
+    for recipe in recipes or tiny_recipes():
         tokenizer_dir = tmp_path / f"tok-{recipe}"  # trained once here: every process must use the same one
         hb.get_recipe(recipe).train_tokenizer([corpus.read_text()], vocab_size=300).save_pretrained(tokenizer_dir)
         out = tmp_path / f"run-{recipe}"
@@ -34,7 +39,7 @@ def launch(launcher: list[str], tmp_path) -> list[dict]:
             {"recipe": recipe, "tokenizer": str(tokenizer_dir), "train_file": str(corpus), "output_dir": str(out)}
         )
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"cases": cases, "result": str(tmp_path / "result.json")}))
+    spec.write_text(json.dumps({"cases": cases, "result": str(tmp_path / "result.json"), "wrap": wrap}))
     done = subprocess.run(
         [*launcher, str(REPO / "tests" / "ddp_worker.py"), str(spec)],
         env=subprocess_env(MASTER_ADDR="127.0.0.1"),
@@ -51,8 +56,8 @@ def launch(launcher: list[str], tmp_path) -> list[dict]:
     return [result for rank in ranks for result in rank]
 
 
-def check(results: list[dict]) -> None:
-    assert {r["recipe"] for r in results} == set(tiny_recipes())
+def check(results: list[dict], recipes: list[str] | None = None) -> None:
+    assert {r["recipe"] for r in results} == set(recipes or tiny_recipes())
     for result in results:
         assert result["count_diff"] == 0, result
         assert result["missing_grads"] == [], result
@@ -62,11 +67,19 @@ def check(results: list[dict]) -> None:
 
 
 def test_torchrun_two_processes_equal_one(tmp_path):
-    if shutil.which("torchrun") is None:
-        pytest.skip("torchrun is not on PATH")
     # --standalone: a local rendezvous on a free port (`--master_port 0` would hang the processes).
     launcher = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     check(launch(launcher, tmp_path))
+
+
+def test_fsdp2_two_processes_equal_one(tmp_path):
+    # torch's FSDP2 (`fully_shard`) on 2 CPU processes over gloo: one BERT step's loss and gradients equal one
+    # process on the whole batch. accelerate itself shards only on GPU-type process groups: `bertology pretrain
+    # --fsdp full_shard` trains with DDP on CPUs and must say so.
+    launcher = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    results = launch(launcher, tmp_path, ["bert-tiny"], wrap="fsdp2")
+    check(results, ["bert-tiny"])
+    assert all(result["fsdp_ignored_warned"] for result in results), results
 
 
 @pytest.mark.slow
@@ -75,3 +88,95 @@ def test_accelerate_launch_two_processes_equal_one(tmp_path):
     launcher = [PYTHON, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
                 "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_ip", "127.0.0.1", "--main_process_port", str(free_port())]  # fmt: skip
     check(launch(launcher, tmp_path))
+
+
+def readme_command(launcher: str) -> list[str]:
+    """The README's platform-section command line that starts with `launcher` (`torchrun`, `accelerate launch`)."""
+    lines = [line for line in (REPO / "README.md").read_text().splitlines() if line.startswith(launcher + " ")]
+    assert len(lines) == 1, (launcher, lines)
+    return shlex.split(lines[0].split("#")[0])
+
+
+def tiny_pretrain_flags(words: list[str], corpus, output_dir) -> list[str]:
+    """The README's `pretrain` flags with a tiny recipe, corpus and folder in place of bert-mini, wiki_00, runs/."""
+    flags = words[words.index("pretrain") + 1 :]
+    if flags[-1] == "...":  # the README's `--recipe bert-mini ...`: the torchrun line's corpus and folder flags
+        flags = [*flags[:-1], "--train_file", "CORPUS", "--output_dir", "OUT"]
+    tiny = {"--recipe": "bert-tiny", "--train_file": str(corpus), "--output_dir": str(output_dir)}
+    assert set(flags[::2]) == set(tiny), flags  # no other flag: the command is tested as written
+    return [tiny.get(flags[i - 1], word) if i % 2 else word for i, word in enumerate(flags)]
+
+
+def check_one_job(done: subprocess.CompletedProcess, tmp_path, corpus, output_dir) -> None:
+    """Two ranks of per-device batch B are one job: tokens seen equal one process's with batch 2B (same seed, so
+    the same order of examples), and one process wrote the folder. Independent ranks would each see half of that,
+    and both would write."""
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-6000:])
+    assert (output_dir / "model.safetensors").is_file()
+    assert done.stderr.count(f"wrote {output_dir}") == 1, done.stderr[-6000:]
+    job = json.loads((output_dir / "all_results.json").read_text())
+    batch = hb.get_recipe("bert-tiny").training_defaults["per_device_train_batch_size"]
+    single = tmp_path / "single"
+    argv = ["--recipe", "bert-tiny", "--train_file", str(corpus), "--output_dir", str(single),
+            "--tokenizer_name", str(output_dir), "--per_device_train_batch_size", str(2 * batch)]  # fmt: skip
+    reference = pretrain.main(argv)
+    assert job["epoch"] < 1  # no epoch boundary, where the ranks' last batches would differ
+    assert job["tokens_seen"] == reference["tokens_seen"], (job, reference)
+    assert job["epoch"] == pytest.approx(reference["epoch"]), (job, reference)
+
+
+def test_readme_torchrun_command_is_one_job(tmp_path):
+    words = readme_command("torchrun")
+    corpus, output_dir = write_corpus(tmp_path / "corpus.txt", n_docs=120), tmp_path / "run"
+    launcher = [PYTHON, "-m", "torch.distributed.run", *words[1 : words.index("-m")]]
+    done = subprocess.run(
+        [*launcher, "-m", "hf_bertology", "pretrain", *tiny_pretrain_flags(words, corpus, output_dir)],
+        env=subprocess_env(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    check_one_job(done, tmp_path, corpus, output_dir)
+
+
+def test_readme_accelerate_command_is_one_job(tmp_path):
+    words = readme_command("accelerate launch")
+    corpus, output_dir = write_corpus(tmp_path / "corpus.txt", n_docs=120), tmp_path / "run"
+    # A free port (the default, 29500, may be taken by another run on the machine); otherwise the README's line.
+    launcher = [PYTHON, "-m", "accelerate.commands.launch", "--main_process_port", "0", *words[2 : words.index("-m")]]
+    done = subprocess.run(
+        [*launcher, "-m", "hf_bertology", "pretrain", *tiny_pretrain_flags(words, corpus, output_dir)],
+        env=subprocess_env(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    check_one_job(done, tmp_path, corpus, output_dir)
+
+
+def test_launcher_on_cpu_defaults_to_one_gloo_job(monkeypatch):
+    gloo = {} if pretrain.has_accelerator() else {"use_cpu": True, "ddp_backend": "gloo"}
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert pretrain.launcher_defaults(set()) == gloo
+    assert pretrain.launcher_defaults({"ddp_backend"}) == {k: v for k, v in gloo.items() if k == "use_cpu"}
+    assert pretrain.launcher_defaults({"use_cpu"}) == {}  # the user's `--use_cpu true|false` decides alone
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert pretrain.launcher_defaults(set()) == {}
+
+
+def test_launcher_with_one_process_a_rank_stops_before_training(tmp_path, monkeypatch, capsys):
+    # `--use_cpu false` on a CPU machine: each rank would train alone; one error line names the flags instead.
+    from hf_bertology import cli
+
+    corpus = write_corpus(tmp_path / "corpus.txt", n_docs=5)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    if pretrain.has_accelerator():
+        pytest.skip("a GPU machine runs the launcher's job on its GPUs")
+    argv = ["pretrain", "--recipe", "bert-tiny", "--train_file", str(corpus), "--output_dir", str(tmp_path / "o"),
+            "--use_cpu", "false"]  # fmt: skip
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: ") and "--use_cpu true --ddp_backend gloo" in err[-1], err
+    assert not (tmp_path / "o" / "model.safetensors").exists()

@@ -7,8 +7,11 @@ Flags follow transformers' `run_mlm.py` (`--model_name_or_path`, `--config_name`
 YAML file holding the same keys works too. The recipe's training settings (lr, betas, warmup, ...) apply wherever a
 flag does not set them. The output folder is Hub format (see `hf_bertology.hub`).
 
-Steps, in order: arguments -> corpus -> tokenizer (loaded, or trained on the corpus) -> config and model ->
-examples (the recipe's input format) -> collator -> Trainer -> Hub-format folder + model card.
+Steps, in order, each a function of this module that `run_pretraining` (and so `main`, the command line and
+`bertology compare`) calls: `parse_args` -> `build_recipe` -> `training_arguments` -> `load_corpora` ->
+`build_tokenizer` (loaded, or trained on the corpus) -> `fit_to_tokenizer` -> `set_lengths` -> collator ->
+`build_model` -> `build_datasets` (the recipe's input format) -> `build_trainer` -> `train_and_evaluate` ->
+`write_outputs` (Hub-format folder, model card, `all_results.json`, push).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
+import torch
 import transformers
 from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments, set_seed
 
@@ -126,28 +130,42 @@ def device_defaults(explicit: set[str]) -> dict:
     return defaults
 
 
+ARGUMENT_FILES = (".json", ".yaml", ".yml")
+
+
+def read_argument_file(path: str) -> dict:
+    """The keys and values of a JSON or YAML argument file."""
+    text = Path(path).read_text(encoding="utf-8")
+    if path.endswith(".json"):
+        return json.loads(text)
+    import yaml
+
+    return yaml.safe_load(text) or {}
+
+
 def explicit_keys(argv: list[str]) -> set[str]:
     """Argument names the user set (flags, or keys of a JSON/YAML file), so recipe defaults do not override them."""
-    if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
-        text = Path(argv[0]).read_text(encoding="utf-8")
-        if argv[0].endswith(".json"):
-            return set(json.loads(text))
-        import yaml
-
-        return set(yaml.safe_load(text) or {})
+    if len(argv) == 1 and argv[0].endswith(ARGUMENT_FILES):
+        return set(read_argument_file(argv[0]))
     return {arg[2:].split("=", 1)[0].replace("-", "_") for arg in argv if arg.startswith("--")}
 
 
 def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, TrainingArguments, set[str]]:
+    """Flags (or one JSON/YAML file) -> the three argument dataclasses and the names the user set.
+
+    Under a launcher on a CPU machine, `use_cpu`/`ddp_backend` default to one gloo job already here: the
+    TrainingArguments set up the process group as they are built (see `launcher_defaults`).
+    """
     parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
     parser.prog = "bertology pretrain"
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        model_args, data_args, training_args = parser.parse_json_file(argv[0])
-    elif len(argv) == 1 and argv[0].endswith((".yaml", ".yml")):
-        model_args, data_args, training_args = parser.parse_yaml_file(argv[0])
+    explicit = explicit_keys(argv)
+    launch = launcher_defaults(explicit)
+    if len(argv) == 1 and argv[0].endswith(ARGUMENT_FILES):
+        model_args, data_args, training_args = parser.parse_dict({**launch, **read_argument_file(argv[0])})
     else:
+        parser.set_defaults(**launch)
         model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
-    return model_args, data_args, training_args, explicit_keys(argv)
+    return model_args, data_args, training_args, explicit
 
 
 def apply_defaults(training_args: TrainingArguments, defaults: dict, explicit: set[str]) -> TrainingArguments:
@@ -159,6 +177,54 @@ def apply_defaults(training_args: TrainingArguments, defaults: dict, explicit: s
     values = {key: value for key, value in values.items() if key in explicit or key == "output_dir"}
     rebuilt = TrainingArguments(**{**values, **updates})
     return rebuilt
+
+
+def launched_world_size() -> int:
+    """The number of processes a launcher (`torchrun`, `accelerate launch`) started, from its `WORLD_SIZE`."""
+    return int(os.environ.get("WORLD_SIZE", "1") or 1)
+
+
+def has_accelerator() -> bool:
+    """Whether torch sees a GPU or another accelerator (CUDA, XPU, MPS, ...) that the Trainer would run on."""
+    accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6
+    return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
+
+
+def launcher_defaults(explicit: set[str]) -> dict:
+    """Under a multi-process launcher on a machine without an accelerator: one CPU job over gloo.
+
+    Without `use_cpu`, accelerate's `PartialState` looks for a GPU backend, finds none and reports
+    `DistributedType.NO` on every rank, so each rank would train the whole corpus alone and write the same folder.
+    A user who sets `--use_cpu` decides alone (`false` is then stopped by `check_world_size`).
+    """
+    if "use_cpu" in explicit or launched_world_size() <= 1 or has_accelerator():
+        return {}
+    return {key: value for key, value in {"use_cpu": True, "ddp_backend": "gloo"}.items() if key not in explicit}
+
+
+def check_world_size(training_args: TrainingArguments) -> None:
+    """A launcher's processes must form one job: stop before training if the Trainer sees only itself."""
+    launched = launched_world_size()
+    if launched > 1 and training_args.world_size != launched:
+        raise BertologyError(
+            f"the launcher started {launched} processes but each would train alone (world size "
+            f"{training_args.world_size}, use_cpu={training_args.use_cpu}, ddp_backend={training_args.ddp_backend}); "
+            "on CPUs pass --use_cpu true --ddp_backend gloo"
+        )
+
+
+def warn_if_fsdp_ignored(trainer) -> None:
+    """FSDP asked for (`--fsdp`, or accelerate's FSDP config) but not in use: say so instead of running DDP silently.
+
+    torch's FSDP2 runs on CPUs over gloo (tests/test_multiprocess.py), but accelerate switches to FSDP only on
+    GPU-type process groups (CUDA, XPU, NPU, ...), never on a CPU one, so there the Trainer wraps the model in DDP.
+    """
+    asked = bool(trainer.args.fsdp) or os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
+    if asked and not trainer.is_fsdp_enabled:
+        logger.warning(
+            "FSDP was asked for, but accelerate shards models only on GPUs: training with DDP (every process holds "
+            "the whole model)"
+        )
 
 
 def fit_warmup(training_args: TrainingArguments) -> TrainingArguments:
@@ -307,31 +373,29 @@ def describe_corpus(data_args: DataArguments) -> str:
     return f"`{data_args.dataset_name}` ({data_args.dataset_config_name or 'default'})"
 
 
-def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
-    """Run pretraining; returns the final metrics (also written to `output_dir/all_results.json`).
+# -- the steps of a run, in order (`run_pretraining` calls them; each can be called on its own from Python) --------
 
-    `callbacks`: extra `TrainerCallback`s for the Trainer (e.g. `bertology compare`'s compute-budget stop).
-    """
-    argv = list(sys.argv[1:] if argv is None else argv)
-    model_args, data_args, training_args, explicit = parse_args(argv)
-    set_verbosity()
-    transformers.utils.logging.set_verbosity_warning()
-    datasets.utils.logging.set_verbosity_warning()
 
-    # -- recipe, with its training defaults wherever no flag was given ----------------------------------------
-    recipe = build_recipe(model_args)
-    training_args = fit_warmup(
-        apply_defaults(
-            training_args, {**PRETRAIN_DEFAULTS, **device_defaults(explicit), **recipe.training_defaults}, explicit
-        )
-    )
-    max_seq_length = data_args.max_seq_length or recipe.max_seq_length
-    resume_from = resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
-    set_seed(training_args.seed)
+def training_arguments(training_args: TrainingArguments, recipe: Recipe, explicit: set[str]) -> TrainingArguments:
+    """The run's TrainingArguments: the user's values, then the recipe's and our pretraining defaults (and, under a
+    launcher on CPUs, one gloo job), with warmup fitted to short runs; stops if a launcher's ranks would not form
+    one job."""
+    defaults = {
+        **PRETRAIN_DEFAULTS,
+        **device_defaults(explicit),
+        **recipe.training_defaults,
+        **launcher_defaults(explicit),
+    }
+    training_args = fit_warmup(apply_defaults(training_args, defaults, explicit))
+    check_world_size(training_args)
+    return training_args
+
+
+def load_corpora(data_args: DataArguments, training_args: TrainingArguments) -> tuple:
+    """The training corpus and, with `--do_eval --validation_file`, the held-out one (else None): documents as
+    `datasets` rows of `text` (`IterableDataset`s with `--streaming`)."""
     if data_args.streaming and training_args.max_steps <= 0:
         raise BertologyError("--streaming needs --max_steps (a stream has no length)")
-
-    # -- corpus ---------------------------------------------------------------------------------------------
     corpus_kwargs = dict(
         dataset_name=data_args.dataset_name,
         dataset_config_name=data_args.dataset_config_name,
@@ -344,55 +408,85 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
         eval_corpus = None
         if training_args.do_eval and data_args.validation_file:
             eval_corpus = load_corpus(train_files=data_args.validation_file, **{**corpus_kwargs, "dataset_name": None})
+    return corpus, eval_corpus
 
-    # -- tokenizer ------------------------------------------------------------------------------------------
+
+def build_tokenizer(
+    model_args: ModelArguments, recipe: Recipe, corpus, training_args: TrainingArguments, resume_from: str | None
+):
+    """The tokenizer: `--tokenizer_name`, the checkpoint's, the resumed checkpoint's, or the family's tokenizer
+    trained on the corpus (`--vocab_size`, `--tokenizer_train_samples`) by rank 0 and loaded by the other ranks."""
     tokenizer_source = model_args.tokenizer_name or model_args.model_name_or_path
     if tokenizer_source is None and resume_from and (Path(resume_from) / "tokenizer_config.json").is_file():
         tokenizer_source = resume_from  # resuming: the tokenizer the checkpoint was trained with, not a new one
     if tokenizer_source:
-        tokenizer = load_tokenizer(tokenizer_source)
-    else:
-        texts = corpus["text"] if isinstance(corpus, datasets.Dataset) else (row["text"] for row in corpus)
-        limit = model_args.tokenizer_train_samples
-        if limit is not None:
-            texts = (
-                corpus.select(range(min(limit, len(corpus))))["text"]
-                if isinstance(corpus, datasets.Dataset)
-                else (row["text"] for row in corpus.take(limit))
-            )
-        # One process trains and saves; the others load its files: `tokenizers` breaks ties between equally
-        # frequent merges differently from run to run, so ranks that each trained their own would disagree.
-        shared = Path(training_args.output_dir) / "tokenizer-trained"
-        with training_args.main_process_first(desc="training the tokenizer"):
-            if training_args.process_index == 0:
-                tokenizer = recipe.train_tokenizer(texts, model_args.vocab_size)
-                if training_args.world_size > 1:
-                    tokenizer.save_pretrained(shared)
-            else:
-                tokenizer = load_tokenizer(str(shared))
+        return load_tokenizer(tokenizer_source)
+    texts = corpus["text"] if isinstance(corpus, datasets.Dataset) else (row["text"] for row in corpus)
+    limit = model_args.tokenizer_train_samples
+    if limit is not None:
+        texts = (
+            corpus.select(range(min(limit, len(corpus))))["text"]
+            if isinstance(corpus, datasets.Dataset)
+            else (row["text"] for row in corpus.take(limit))
+        )
+    # One process trains and saves; the others load its files: `tokenizers` breaks ties between equally
+    # frequent merges differently from run to run, so ranks that each trained their own would disagree.
+    shared = Path(training_args.output_dir) / "tokenizer-trained"
+    with training_args.main_process_first(desc="training the tokenizer"):
+        if training_args.process_index == 0:
+            tokenizer = recipe.train_tokenizer(texts, model_args.vocab_size)
+            if training_args.world_size > 1:
+                tokenizer.save_pretrained(shared)
+        else:
+            tokenizer = load_tokenizer(str(shared))
+    return tokenizer
+
+
+def fit_to_tokenizer(recipe: Recipe, tokenizer, model_args: ModelArguments) -> None:
+    """A new model takes the tokenizer's vocabulary and special-token ids; a checkpoint must hold all its tokens."""
     if model_args.model_name_or_path is None:
         recipe.adapt_to_tokenizer(tokenizer)
     elif len(tokenizer) > recipe.config.vocab_size:
         raise BertologyError(
             f"the tokenizer has {len(tokenizer)} tokens but the checkpoint's vocabulary only {recipe.config.vocab_size}"
         )
-    collator = recipe.build_collator(tokenizer)  # fails early on a tokenizer without a mask token
+
+
+def set_lengths(recipe: Recipe, tokenizer, data_args: DataArguments) -> int:
+    """The run's sequence length (`--max_seq_length`, else the recipe's), checked against the position table; the
+    tokenizer keeps the model's length. Everything in the config that follows the length is set here."""
+    max_seq_length = data_args.max_seq_length or recipe.max_seq_length
     if max_positions(recipe.config) < min(tokenizer.model_max_length, NO_POSITION_TABLE):
         # saved with the checkpoint: `truncation=True` downstream (GLUE, pipelines) then fits the position table
         tokenizer.model_max_length = max_positions(recipe.config)
     check_lengths(recipe.config, max_seq_length)
+    return max_seq_length
 
-    # -- model ----------------------------------------------------------------------------------------------
+
+def build_model(recipe: Recipe, model_args: ModelArguments):
+    """The pretraining model: the recipe's, freshly initialised, or `--model_name_or_path` with the recipe's config."""
     if model_args.model_name_or_path:
         model = recipe.spec.model_class.from_pretrained(model_args.model_name_or_path, config=recipe.config)
     else:
         model = recipe.build_model()
     logger.info("%s: %s parameters", type(model).__name__, f"{model.num_parameters():,}")
-    model, collator = configure_attention(
+    return model
+
+
+def configure_batches(recipe: Recipe, model, collator, model_args: ModelArguments, data_args: DataArguments):
+    """Padding-free batches (`--padding_free`, on for every recipe but XLNet) and the attention kernel that reads
+    them (`--attn_implementation`); returns `(model, collator)`."""
+    return configure_attention(
         model, collator, data_args.padding_free, model_args.attn_implementation, recipe.spec.padding_free
     )
 
-    # -- examples -------------------------------------------------------------------------------------------
+
+def build_datasets(
+    corpus, eval_corpus, tokenizer, recipe: Recipe, max_seq_length: int, data_args: DataArguments,
+    training_args: TrainingArguments,
+) -> tuple:  # fmt: skip
+    """Training and evaluation examples in the recipe's input format (NSP/SOP pairs, packed blocks, ...); with
+    `--do_eval` and no validation file, `--validation_split_percentage` of the examples are held out."""
     num_proc = data_args.preprocessing_num_workers
 
     def examples(source):
@@ -420,10 +514,16 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
         train_dataset = train_dataset.shuffle(buffer_size=10_000, seed=training_args.seed)
     if eval_dataset is not None and data_args.max_eval_samples is not None:
         eval_dataset = eval_dataset.select(range(min(data_args.max_eval_samples, len(eval_dataset))))
+    return train_dataset, eval_dataset
 
-    # -- training -------------------------------------------------------------------------------------------
-    # `--push_to_hub` pushes the final Hub-format folder once, below; the Trainer's own pushes (every checkpoint,
-    # its generic model card) are turned off.
+
+def build_trainer(
+    recipe: Recipe, model, tokenizer, collator, train_dataset, eval_dataset, training_args: TrainingArguments,
+    callbacks: list | None = None,
+) -> tuple:  # fmt: skip
+    """The variant's Trainer with its callbacks (component losses, ...) and `callbacks`; returns it with the
+    TrainingArguments for the final push: `--push_to_hub` pushes the finished Hub-format folder once
+    (`write_outputs`), so the Trainer's own pushes (every checkpoint, its generic model card) are turned off."""
     push_args, training_args.push_to_hub = copy.copy(training_args), False
     trainer = trainer_class(recipe.spec.trainer_class)(
         model=model,
@@ -434,22 +534,35 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
         processing_class=tokenizer,
         callbacks=[*callbacks_for(model), *(callbacks or [])],
     )
+    warn_if_fsdp_ignored(trainer)
+    return trainer, push_args
+
+
+def train_and_evaluate(trainer, resume_from: str | None = None) -> dict:
+    """Train (unless only `--do_eval`), then evaluate with `--do_eval` (perplexity from the MLM loss); the metrics."""
+    args = trainer.args
     metrics: dict = {}
-    if training_args.do_train or not training_args.do_eval:
+    if args.do_train or not args.do_eval:
         result = trainer.train(resume_from_checkpoint=resume_from)
         metrics.update(result.metrics)
-    if training_args.do_eval and eval_dataset is not None:
+    if args.do_eval and trainer.eval_dataset is not None:
         eval_metrics = trainer.evaluate()
         eval_metrics["perplexity"] = math.exp(min(eval_metrics.get("eval_mlm_loss", eval_metrics["eval_loss"]), 50))
         metrics.update(eval_metrics)
+    metrics["tokens_seen"] = int(trainer.state.num_input_tokens_seen or 0)
+    return metrics
 
-    # -- the Hub-format folder ------------------------------------------------------------------------------
+
+def write_outputs(trainer, recipe: Recipe, data_args: DataArguments, metrics: dict, push_args=None) -> None:
+    """The Hub-format folder, its model card and `all_results.json`, pushed with `--push_to_hub`: one process
+    writes them, the others wait until they are complete."""
     if trainer.is_world_process_zero():
-        output_dir = training_args.output_dir
-        save_folder(trainer.model, tokenizer, output_dir)
+        output_dir = trainer.args.output_dir
+        save_folder(trainer.model, trainer.processing_class, output_dir)
         shutil.rmtree(Path(output_dir) / "tokenizer-trained", ignore_errors=True)  # the ranks' hand-over copy
         train_logs = [log for log in trainer.state.log_history if "loss" in log]
         final_losses = {k: v for k, v in (train_logs[-1] if train_logs else {}).items() if k.endswith("loss")}
+        pushing = push_args is not None and push_args.push_to_hub
         write_model_card(
             output_dir,
             trainer.model,
@@ -460,16 +573,61 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
             tokens_seen=int(trainer.state.num_input_tokens_seen or 0),
             final_losses=final_losses,
             plain_auto_class=recipe.spec.plain_auto_class,
-            repo_id=(push_args.hub_model_id or Path(output_dir).absolute().name) if push_args.push_to_hub else None,
+            repo_id=(push_args.hub_model_id or Path(output_dir).absolute().name) if pushing else None,
         )
-        metrics["tokens_seen"] = int(trainer.state.num_input_tokens_seen or 0)
         with open(os.path.join(output_dir, "all_results.json"), "w") as handle:
             json.dump(metrics, handle, indent=2)
         logger.info("wrote %s", output_dir)
-        commit_url = push_from_training_args(output_dir, push_args)
+        commit_url = push_from_training_args(output_dir, push_args) if pushing else None
         if commit_url:
             logger.info("pushed to %s", commit_url)
+    trainer.accelerator.wait_for_everyone()
+
+
+def run_pretraining(
+    model_args: ModelArguments,
+    data_args: DataArguments,
+    training_args: TrainingArguments,
+    explicit: set[str] = frozenset(),
+    callbacks: list | None = None,
+) -> dict:
+    """Pretrain as `bertology pretrain` does, from the three argument dataclasses; returns the final metrics.
+
+    `explicit`: the TrainingArguments the user set (those the recipe's defaults must not replace); `callbacks`:
+    extra `TrainerCallback`s (e.g. `bertology compare`'s compute-budget stop).
+    """
+    set_verbosity()
+    transformers.utils.logging.set_verbosity_warning()
+    datasets.utils.logging.set_verbosity_warning()
+
+    recipe = build_recipe(model_args)
+    training_args = training_arguments(training_args, recipe, explicit)
+    resume_from = resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
+    set_seed(training_args.seed)
+    corpus, eval_corpus = load_corpora(data_args, training_args)
+    tokenizer = build_tokenizer(model_args, recipe, corpus, training_args, resume_from)
+    fit_to_tokenizer(recipe, tokenizer, model_args)
+    max_seq_length = set_lengths(recipe, tokenizer, data_args)
+    collator = recipe.build_collator(tokenizer)  # fails early on a tokenizer without a mask token
+    model = build_model(recipe, model_args)
+    model, collator = configure_batches(recipe, model, collator, model_args, data_args)
+    train_dataset, eval_dataset = build_datasets(
+        corpus, eval_corpus, tokenizer, recipe, max_seq_length, data_args, training_args
+    )
+    trainer, push_args = build_trainer(
+        recipe, model, tokenizer, collator, train_dataset, eval_dataset, training_args, callbacks
+    )
+    metrics = train_and_evaluate(trainer, resume_from)
+    write_outputs(trainer, recipe, data_args, metrics, push_args)
     return metrics
+
+
+def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
+    """`bertology pretrain ARGS`: parse the flags (or one JSON/YAML file) and run; returns the final metrics (also
+    written to `output_dir/all_results.json`). `callbacks`: extra `TrainerCallback`s for the Trainer."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    model_args, data_args, training_args, explicit = parse_args(argv)
+    return run_pretraining(model_args, data_args, training_args, explicit, callbacks)
 
 
 if __name__ == "__main__":
