@@ -296,6 +296,7 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
         apply_defaults(training_args, {**PRETRAIN_DEFAULTS, **recipe.training_defaults}, explicit)
     )
     max_seq_length = data_args.max_seq_length or recipe.max_seq_length
+    recipe.fit_to_length(max_seq_length, explicit=parse_overrides(model_args.config_overrides))  # prediction caps
     resume_from = resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
     set_seed(training_args.seed)
     if data_args.streaming and training_args.max_steps <= 0:
