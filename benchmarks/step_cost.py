@@ -60,6 +60,7 @@ def prepare(name: str, args: dict):
     recipe.adapt_to_tokenizer(tokenizer)
     recipe.config.vocab_size = max(len(tokenizer), args["vocab_size"] or recipe.vocab_size)  # the preset's size
     seq_len = args["seq_len"] or recipe.max_seq_length
+    recipe.fit_to_length(seq_len)  # prediction caps follow the length, as in `bertology pretrain`
     examples = build_pretraining_dataset(tokenize_corpus(corpus, tokenizer), tokenizer, recipe.config, seq_len, 0)
     batch_size = args["batch_size"] or recipe.training_defaults.get("per_device_train_batch_size", 32)
     return recipe, tokenizer, examples.shuffle(seed=0), seq_len, batch_size

@@ -36,7 +36,7 @@ def test_steps_from_python_equal_the_command_line(tmp_path, corpus_file, bert_to
     corpus, eval_corpus = pretrain.load_corpora(data_args, training_args)
     tokenizer = pretrain.build_tokenizer(model_args, recipe, corpus, training_args, resume_from=None)
     pretrain.fit_to_tokenizer(recipe, tokenizer, model_args)
-    max_seq_length = pretrain.set_lengths(recipe, tokenizer, data_args)
+    max_seq_length = pretrain.set_lengths(recipe, tokenizer, data_args, model_args)
     collator = recipe.build_collator(tokenizer)
     model = pretrain.build_model(recipe, model_args)
     model, collator = pretrain.configure_batches(recipe, model, collator, model_args, data_args)  # padding-free

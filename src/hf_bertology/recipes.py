@@ -14,7 +14,8 @@ branch anywhere else. Sources for every number: ../shared/RECIPES.md (cited per 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,10 +45,37 @@ class Variant:
     plain_auto_class: str = "AutoModelForPreTraining"  # the plain-transformers class that loads the checkpoint
     trainer_class: str = "trainer.BertologyTrainer"  # module.Class under hf_bertology.training (no upward import)
     padding_free: bool = True  # batches can be flattened (collators/flatten.py); XLNet's permutation inputs cannot
+    # (config field, rule(config, max_seq_length)): the prediction cap the official code derives from the length
+    prediction_cap: tuple[str, Callable[[PretrainedConfig, int], int]] | None = None
+
+
+def bert_max_predictions(mlm_probability: float, max_seq_length: int) -> int:
+    """BERT's README: set `max_predictions_per_seq` "to around max_seq_length * masked_lm_prob": 20 at 128 and 80 at
+    512 (NVIDIA's phase 2), i.e. the product rounded up to a multiple of 5. Never below the masked count, so the cap
+    never binds."""
+    products = math.ceil(round(mlm_probability * max_seq_length, 6))  # round(): 0.15 * 100 is 15.000000000000002
+    return -(-products // 5) * 5
+
+
+def electra_max_predictions(mask_prob: float, max_seq_length: int) -> int:
+    """`int((mask_prob + 0.005) * max_seq_length)` (configure_pretraining.py): 19 @128, 79 @512, 130 @512/0.25."""
+    return int((mask_prob + 0.005) * max_seq_length)
+
+
+def xlnet_num_predict(mask_alpha: float, mask_beta: float, max_seq_length: int) -> int:
+    """zihangdai/xlnet README: `num_predict=85` for `seq_len=512`, i.e. `round(len * beta / alpha)` (K = 6)."""
+    return max(1, round(max_seq_length * mask_beta / mask_alpha))
 
 
 VARIANTS: dict[str, Variant] = {
-    "bert": Variant("bert", BertologyBertConfig, BertologyBertForPreTraining, DataCollatorForMaskedLM, "wordpiece"),
+    "bert": Variant(
+        "bert",
+        BertologyBertConfig,
+        BertologyBertForPreTraining,
+        DataCollatorForMaskedLM,
+        "wordpiece",
+        prediction_cap=("max_predictions_per_seq", lambda c, n: bert_max_predictions(c.mlm_probability, n)),
+    ),
     "roberta": Variant(
         "roberta",
         BertologyRobertaConfig,
@@ -76,10 +104,16 @@ VARIANTS: dict[str, Variant] = {
         tokenizer_class="XLNetTokenizer",
         trainer_class="xlnet_trainer.XLNetTrainer",
         padding_free=False,  # two-stream relative attention is XLNet's own code, and perm_mask is (B, L, L)
+        prediction_cap=("num_predict", lambda c, n: xlnet_num_predict(c.mask_alpha, c.mask_beta, n)),
     ),
     # Plain transformers loads the discriminator (ElectraForPreTraining); `bertology export` writes either network.
     "electra": Variant(
-        "electra", BertologyElectraConfig, BertologyElectraForPreTraining, DataCollatorForMaskedLM, "wordpiece"
+        "electra",
+        BertologyElectraConfig,
+        BertologyElectraForPreTraining,
+        DataCollatorForMaskedLM,
+        "wordpiece",
+        prediction_cap=("max_predictions_per_seq", lambda c, n: electra_max_predictions(c.mlm_probability, n)),
     ),
 }
 
@@ -217,11 +251,6 @@ ELECTRA_TRAINING = {
 ELECTRA_SMALL = {"num_hidden_layers": 12, "hidden_size": 256, "num_attention_heads": 4, "intermediate_size": 1024}
 
 
-def electra_max_predictions(mask_prob: float, max_seq_length: int) -> int:
-    """`int((mask_prob + 0.005) * max_seq_length)` (configure_pretraining.py): 19 @128, 79 @512, 130 @512/0.25."""
-    return int((mask_prob + 0.005) * max_seq_length)
-
-
 PRESETS: dict[str, dict[str, Any]] = {
     "bert-base": _preset("bert", "base", training=BERT_TRAINING, vocab_size=30522, max_seq_length=128),
     "bert-large": _preset("bert", "large", training=BERT_TRAINING, vocab_size=30522, max_seq_length=128),
@@ -341,6 +370,7 @@ class Recipe:
     vocab_size: int
     max_seq_length: int
     tokenizer_kwargs: dict[str, Any] = field(default_factory=dict)
+    explicit: frozenset[str] = frozenset()  # config fields the user set (get_recipe's overrides)
 
     @property
     def spec(self) -> Variant:
@@ -370,6 +400,25 @@ class Recipe:
             token_id = getattr(tokenizer, f"{name}_token_id", None)
             if token_id is not None and hasattr(self.config, f"{name}_token_id"):
                 setattr(self.config, f"{name}_token_id", token_id)
+        return self.config
+
+    def fit_to_length(self, max_seq_length: int, explicit: Iterable[str] = ()) -> PretrainedConfig:
+        """Settle the run's sequence length: the prediction cap follows it by the official rule (in place; returned).
+
+        BERT `max_predictions_per_seq` (`bert_max_predictions`: 20 at 128, 80 at 512), ELECTRA
+        `max_predictions_per_seq` (`int((mask_prob + 0.005) * length)`: 19 at 128, 79 at 512), XLNet `num_predict`
+        (`round(length / 6)`: 85 at 512). A cap set explicitly (in `get_recipe`'s overrides, in `explicit`, e.g.
+        `--config_overrides`, or by an earlier run: `predictions_follow_length=False` in the checkpoint's config) is
+        kept, and so is no cap (`None`); variants without such a rule have no cap by default.
+        """
+        self.max_seq_length = max_seq_length
+        if self.spec.prediction_cap is None:
+            return self.config
+        name, rule = self.spec.prediction_cap
+        if name in self.explicit or name in set(explicit):
+            self.config.predictions_follow_length = False  # saved with the checkpoint: a continued run keeps it
+        if getattr(self.config, "predictions_follow_length", True) and getattr(self.config, name) is not None:
+            setattr(self.config, name, rule(self.config, max_seq_length))
         return self.config
 
     def build_model(self):
@@ -403,6 +452,7 @@ def get_recipe(name: str, **config_overrides) -> Recipe:
         vocab_size=vocab_size,
         max_seq_length=data.get("max_seq_length", 128),
         tokenizer_kwargs=dict(preset.get("tokenizer", {})),
+        explicit=frozenset(config_overrides),
     )
 
 

@@ -2,13 +2,15 @@
 
 Follows google-research/bert `create_pretraining_data.py: create_instances_from_document`: a target length per
 document (`max_seq_length - 3`, or with `short_seq_prob` a random one in [2, max]); sentences are gathered into a
-chunk until it reaches the target; A is the chunk's first `randint(1, len-1)` sentences; with probability 0.5 (always
-for a one-sentence chunk) B starts at a random sentence of another document and the unused sentences are put back,
-else B is the rest of the chunk; `truncate_seq_pair` trims the longer side from the front or the back. Label 0 = B
-follows A, 1 = B is random. One deliberate difference: a one-sentence chunk (BERT always pairs it with a random
-document, so negatives exceed 50% on short documents) is split at a random token into A and B, which keeps the labels
-balanced; only a one-token chunk is always a negative. The "other document" is drawn from the same `map` batch (1,000 documents) rather than
-the whole corpus, so the dataset can be built in parallel and streamed; each batch has its own seeded generator.
+chunk until it reaches the target; A is the chunk's first `randint(1, len-1)` sentences; with probability 0.5 B starts
+at a random sentence of another document and the `len(chunk) - a_end` sentences that did not go into A are put back
+(none for a one-sentence chunk), else B is the rest of the chunk; `truncate_seq_pair` trims the longer side from the
+front or the back. So every sentence feeds segment A at most once per pass. Label 0 = B follows A, 1 = B is random.
+One deliberate difference: BERT always makes a one-sentence chunk a random-next negative (with the whole sentence as
+A), so negatives exceed 50% on short documents; we do so only when the coin says "random", and otherwise split the
+sentence at a random word start into A and B, which keeps the labels balanced (a one-token sentence is always a
+negative). The "other document" is drawn from the same `map` batch (1,000 documents) rather than the whole corpus,
+so the dataset can be built in parallel and streamed; each batch has its own seeded generator.
 """
 
 from __future__ import annotations
@@ -45,6 +47,15 @@ def _concat(sentences: list[list[int]]) -> list[int]:
     return [token for sentence in sentences for token in sentence]
 
 
+def _split_single(sentence: list[int], starts: list[int], rng: random.Random):
+    """Cut a one-sentence chunk into two consecutive segments, at a random word start if it has two words."""
+    cuts = [i for i in range(1, len(sentence)) if starts[i]] or list(range(1, len(sentence)))
+    if not cuts:
+        return None
+    cut = rng.choice(cuts)
+    return sentence[:cut], sentence[cut:], starts[:cut], starts[cut:]
+
+
 def pair_layout(a: list[int], b: list[int], a_starts: list[int], b_starts: list[int], cls_id: int, sep_id: int):
     """`[CLS] A [SEP] B [SEP]` with segment ids 0 for `[CLS] A [SEP]` and 1 for `B [SEP]`."""
     return (
@@ -76,15 +87,18 @@ def nsp_batch(
             chunk_starts.append(starts[i])
             length += len(document[i])
             if i == len(document) - 1 or length >= target:
-                if len(chunk) == 1 and len(chunk[0]) >= 2:
-                    # One sentence: BERT always makes it a random-next negative, which skews the labels towards
-                    # 1 on short documents. We split it at a random token instead, so the coin below applies.
-                    cut = rng.randint(1, len(chunk[0]) - 1)
-                    chunk = [chunk[0][:cut], chunk[0][cut:]]
-                    chunk_starts = [chunk_starts[0][:cut], chunk_starts[0][cut:]]
                 a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
                 a, a_st = _concat(chunk[:a_end]), _concat(chunk_starts[:a_end])
-                is_random = len(docs) > 1 and (len(chunk) == 1 or rng.random() < random_next_prob)
+                b, b_st = _concat(chunk[a_end:]), _concat(chunk_starts[a_end:])  # empty for one sentence
+                is_random = len(docs) > 1 and rng.random() < random_next_prob
+                if len(chunk) == 1 and not is_random:
+                    # BERT makes every one-sentence chunk a negative, which skews the labels towards 1 on short
+                    # documents: when the coin says "next", the sentence is cut into A and its continuation B.
+                    pieces = _split_single(a, a_st, rng)
+                    if pieces is None:  # one token: only a random next segment can use it, as officially
+                        is_random = len(docs) > 1
+                    else:
+                        a, b, a_st, b_st = pieces
                 if is_random:
                     other = d
                     for _ in range(10):  # BERT tries 10 times to find another document
@@ -98,9 +112,7 @@ def nsp_batch(
                         b_st.extend(sentence_starts)
                         if len(b) >= target - len(a):
                             break
-                    i -= len(chunk) - a_end  # put the unused sentences back
-                else:
-                    b, b_st = _concat(chunk[a_end:]), _concat(chunk_starts[a_end:])
+                    i -= len(chunk) - a_end  # put back the sentences that did not go into A (none for one)
                 truncate_seq_pair(a, b, a_st, b_st, max_tokens, rng)
                 if a and b:
                     ids, types, word_starts = pair_layout(a, b, a_st, b_st, cls_id, sep_id)
@@ -181,15 +193,6 @@ SOP_FEATURES = datasets.Features(
         "sentence_order_label": datasets.Value("int8"),
     }
 )
-
-
-def _split_single(sentence: list[int], starts: list[int], rng: random.Random):
-    """Cut a one-sentence chunk into two consecutive segments, at a random word start if it has two words."""
-    cuts = [i for i in range(1, len(sentence)) if starts[i]] or list(range(1, len(sentence)))
-    if not cuts:
-        return None
-    cut = rng.choice(cuts)
-    return sentence[:cut], sentence[cut:], starts[:cut], starts[cut:]
 
 
 def sop_batch(

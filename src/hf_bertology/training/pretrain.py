@@ -452,10 +452,13 @@ def fit_to_tokenizer(recipe: Recipe, tokenizer, model_args: ModelArguments) -> N
         )
 
 
-def set_lengths(recipe: Recipe, tokenizer, data_args: DataArguments) -> int:
+def set_lengths(recipe: Recipe, tokenizer, data_args: DataArguments, model_args: ModelArguments | None = None) -> int:
     """The run's sequence length (`--max_seq_length`, else the recipe's), checked against the position table; the
-    tokenizer keeps the model's length. Everything in the config that follows the length is set here."""
+    tokenizer keeps the model's length. Everything in the config that follows the length is set here: the
+    prediction caps (`Recipe.fit_to_length`), unless `--config_overrides` set them."""
     max_seq_length = data_args.max_seq_length or recipe.max_seq_length
+    overrides = parse_overrides(model_args.config_overrides) if model_args is not None else {}
+    recipe.fit_to_length(max_seq_length, explicit=overrides)
     if max_positions(recipe.config) < min(tokenizer.model_max_length, NO_POSITION_TABLE):
         # saved with the checkpoint: `truncation=True` downstream (GLUE, pipelines) then fits the position table
         tokenizer.model_max_length = max_positions(recipe.config)
@@ -607,7 +610,7 @@ def run_pretraining(
     corpus, eval_corpus = load_corpora(data_args, training_args)
     tokenizer = build_tokenizer(model_args, recipe, corpus, training_args, resume_from)
     fit_to_tokenizer(recipe, tokenizer, model_args)
-    max_seq_length = set_lengths(recipe, tokenizer, data_args)
+    max_seq_length = set_lengths(recipe, tokenizer, data_args, model_args)
     collator = recipe.build_collator(tokenizer)  # fails early on a tokenizer without a mask token
     model = build_model(recipe, model_args)
     model, collator = configure_batches(recipe, model, collator, model_args, data_args)

@@ -15,6 +15,10 @@ class BertologyBertConfig(BertConfig):
             Share of the tokens predicted per sequence (`masked_lm_prob`, create_pretraining_data.py).
         max_predictions_per_seq (`int`, *optional*, defaults to 20):
             Cap on predictions per sequence (20 for length 128, 80 for 512). `None` means no cap.
+        predictions_follow_length (`bool`, defaults to `True`):
+            `max_predictions_per_seq` follows the run's `--max_seq_length`: `ceil(mlm_probability * length)` rounded
+            up to a multiple of 5 (`Recipe.fit_to_length`); `False` once the cap was set explicitly, so a continued
+            run keeps it.
         mask_replace_prob (`float`, defaults to 0.8):
             Share of the chosen tokens replaced by `[MASK]`.
         random_replace_prob (`float`, defaults to 0.1):
@@ -34,6 +38,7 @@ class BertologyBertConfig(BertConfig):
         self,
         mlm_probability: float = 0.15,
         max_predictions_per_seq: int | None = 20,
+        predictions_follow_length: bool = True,
         mask_replace_prob: float = 0.8,
         random_replace_prob: float = 0.1,
         whole_word_mask: bool = False,
@@ -55,6 +60,7 @@ class BertologyBertConfig(BertConfig):
             raise ValueError("short_seq_prob and nsp_random_prob must be probabilities")
         self.mlm_probability = mlm_probability
         self.max_predictions_per_seq = max_predictions_per_seq
+        self.predictions_follow_length = predictions_follow_length
         self.mask_replace_prob = mask_replace_prob
         self.random_replace_prob = random_replace_prob
         self.whole_word_mask = whole_word_mask

@@ -21,6 +21,7 @@ RECIPE_FIELDS = (
     "generator_hidden_fraction",
     "mlm_probability",
     "max_predictions_per_seq",
+    "predictions_follow_length",
     "mask_replace_prob",
     "random_replace_prob",
     "whole_word_mask",
@@ -45,6 +46,10 @@ class BertologyElectraConfig(ElectraConfig):
         max_predictions_per_seq (`int`, *optional*, defaults to 19):
             Cap on predictions per sequence, `int((mask_prob + 0.005) * max_seq_length)` officially (19 at 128, 79 at
             512, 130 at 512 with 0.25). `None` means no cap.
+        predictions_follow_length (`bool`, defaults to `True`):
+            `max_predictions_per_seq` follows the run's `--max_seq_length`: `int((mask_prob + 0.005) * length)`, as
+            configure_pretraining.py (`Recipe.fit_to_length`); `False` once the cap was set explicitly, so a continued
+            run keeps it.
         mask_replace_prob (`float`, defaults to 0.85):
             Share of the chosen positions the generator sees as `[MASK]` (pretrain_helpers.mask); the rest keep
             their token.
@@ -73,6 +78,7 @@ class BertologyElectraConfig(ElectraConfig):
         generator_hidden_fraction: float = 0.25,
         mlm_probability: float = 0.15,
         max_predictions_per_seq: int | None = 19,
+        predictions_follow_length: bool = True,
         mask_replace_prob: float = 0.85,
         random_replace_prob: float = 0.0,
         whole_word_mask: bool = False,
@@ -110,6 +116,7 @@ class BertologyElectraConfig(ElectraConfig):
         self.generator_hidden_fraction = generator_hidden_fraction
         self.mlm_probability = mlm_probability
         self.max_predictions_per_seq = max_predictions_per_seq
+        self.predictions_follow_length = predictions_follow_length
         self.mask_replace_prob = mask_replace_prob
         self.random_replace_prob = random_replace_prob
         self.whole_word_mask = whole_word_mask

@@ -17,6 +17,9 @@ class BertologyXLNetConfig(XLNetConfig):
         num_predict (`int`, *optional*, defaults to 85):
             Cap on targets per sequence and the number of `target_mapping` rows (85 for 512 tokens, README).
             `None`: about `len / K` rows, from the batch.
+        predictions_follow_length (`bool`, defaults to `True`):
+            `num_predict` follows the run's `--max_seq_length`: `round(length / K)`, 85 at 512 as in the README
+            (`Recipe.fit_to_length`); `False` once the cap was set explicitly, so a continued run keeps it.
         mask_alpha (`float`, defaults to 6), mask_beta (`float`, defaults to 1):
             A span of n words is predicted inside a context of `n * mask_alpha / mask_beta` words, so about
             `beta / alpha` = 1/6 of the tokens are targets (K = 6, §2.3 of the paper).
@@ -38,6 +41,7 @@ class BertologyXLNetConfig(XLNetConfig):
     def __init__(
         self,
         num_predict: int | None = 85,
+        predictions_follow_length: bool = True,
         mask_alpha: float = 6,
         mask_beta: float = 1,
         max_span_length: int = 5,
@@ -64,6 +68,7 @@ class BertologyXLNetConfig(XLNetConfig):
         if (kwargs.get("mem_len") or 0) < 0 or (kwargs.get("reuse_len") or 0) < 0:
             raise ValueError("mem_len and reuse_len must be >= 0")
         self.num_predict = num_predict
+        self.predictions_follow_length = predictions_follow_length
         self.mask_alpha = mask_alpha
         self.mask_beta = mask_beta
         self.max_span_length = max_span_length
