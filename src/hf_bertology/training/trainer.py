@@ -10,7 +10,8 @@ Two things the stock Trainer does not do for pretraining objectives:
    gradients of one large batch exactly (tests/test_training.py checks 2N vs 2×N).
 2. **Component losses in the logs.** Every scalar the model returns besides `loss` (`mlm_loss`, `nsp_loss`,
    `mlm_accuracy`, ...) is averaged over the logging window (over processes too) and logged next to `loss`, and
-   next to `eval_loss` as `eval_<name>`.
+   next to `eval_loss` as `eval_<name>`. A metric a batch leaves undefined (NaN: ELECTRA's `disc_precision` when
+   nothing is predicted replaced) is averaged over the batches that define it.
 
 And two things for long runs that are killed and resumed:
 
@@ -234,18 +235,21 @@ class BertologyTrainer(Trainer):
             return {}
         names = sorted(store)
         # Training losses are shares of an optimizer step's loss: their sum over the window / steps is the mean
-        # step loss. Accuracies (and eval values, one per batch) are plain means over micro-batches.
+        # step loss; eval losses are means over batches. Other values (accuracies, AUC: one per micro-batch) are means
+        # that leave out the micro-batches where they are undefined (NaN); a NaN loss must show, so not for losses.
         steps = max(1, self.state.global_step - (self._first_step or 0))
-        values = torch.stack(
-            [
-                torch.stack(store[name]).sum() / steps
-                if phase == "train" and name.endswith("_loss")
-                else torch.stack(store[name]).mean()
-                for name in names
-            ]
-        ).to(self.args.device)
+
+        def window_mean(name: str) -> torch.Tensor:
+            values = torch.stack(store[name])
+            if not name.endswith("_loss"):
+                return values.nanmean()
+            return values.sum() / steps if phase == "train" else values.mean()
+
+        values = torch.stack([window_mean(name) for name in names]).to(self.args.device)
         if self.accelerator.num_processes > 1:
-            values = self.accelerator.gather(values[None]).mean(0)
+            gathered = self.accelerator.gather(values[None])
+            is_loss = torch.tensor([name.endswith("_loss") for name in names], device=values.device)
+            values = torch.where(is_loss, gathered.mean(0), gathered.nanmean(0))
         store.clear()
         if phase == "train":
             self._first_step = None

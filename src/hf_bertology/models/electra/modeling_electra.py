@@ -20,6 +20,18 @@ same `Parameter`s in both (official: both build `electra/embeddings` with AUTO_R
 output layer uses the same word table. Each network keeps its own `embeddings_project` when its hidden size differs
 from the embedding size.
 
+Initialisation as the official code: the layers it builds with `create_initializer` (attention, FFN, embedding
+tables, the discriminator's hidden `dense`, the generator's `generator_predictions.dense`) get N(0,
+`initializer_range`), transformers' ELECTRA init (the official draws a normal truncated at 2 sigma). The dense layers
+it builds without an initializer get TensorFlow's default, Glorot uniform U(-a, a) with a = sqrt(6 / (fan_in +
+fan_out)), and zero bias: `embeddings_project` in both networks (`model/modeling.py`) and the discriminator's output
+layer `discriminator_predictions.dense_prediction` (`tf.layers.dense(hidden, units=1)` in `run_pretraining.py`).
+
+Diagnostics beside the losses (official `metric_fn`): `disc_auc`, `disc_precision` and `disc_recall` of "replaced"
+over the real tokens, a prediction being `logit > 0` (probability > 0.5). Near the constant-guess loss the RTD loss
+alone hides whether the discriminator ranks replaced tokens above originals; the AUC shows it. They are exact per
+batch (the official `tf.metrics.auc` streams 200 thresholds over the evaluation and counts padding as negatives).
+
 Losses are sums divided by the Trainer's per-objective counts (`num_items_in_batch["labels"]` for the generator,
 `["attention_mask"]` for the discriminator), so gradient accumulation and DDP give the gradients of one batch.
 
@@ -32,6 +44,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from transformers import ElectraForMaskedLM, ElectraModel, ElectraPreTrainedModel
+from transformers import initialization as init
 from transformers.modeling_outputs import ModelOutput
 from transformers.models.electra.modeling_electra import ElectraDiscriminatorPredictions
 
@@ -48,6 +61,12 @@ SHARED_EMBEDDINGS = (
     "embeddings.LayerNorm.weight",
     "embeddings.LayerNorm.bias",
 )
+# Dense layers the official code builds without `kernel_initializer`: TensorFlow's default Glorot uniform.
+GLOROT_UNIFORM_LAYERS = (
+    "electra.embeddings_project",
+    "generator.electra.embeddings_project",
+    "discriminator_predictions.dense_prediction",
+)
 
 
 @dataclass
@@ -57,6 +76,9 @@ class BertologyElectraForPreTrainingOutput(ModelOutput):
     mlm_loss / mlm_accuracy: the generator's masked-LM loss and argmax accuracy at the chosen positions.
     rtd_loss / rtd_accuracy: the discriminator's sigmoid BCE and accuracy over the non-pad tokens.
     replaced_fraction: share of the non-pad tokens whose sample differs from the original (label 1).
+    disc_auc / disc_precision / disc_recall: the discriminator's ROC AUC, and precision and recall of "replaced" at
+        `logit > 0`, over the non-pad tokens of this batch (official `disc_*` metrics); NaN where undefined (AUC
+        with one class only, precision with nothing predicted replaced, recall with nothing replaced).
     sampled_accuracy: share of the chosen positions where the sample equals the original.
     prediction_logits: the generator's `(num_masked, vocab_size)` logits at the chosen positions.
     rtd_logits: `(batch, seq_len)` discriminator logits (> 0 means "replaced").
@@ -70,6 +92,9 @@ class BertologyElectraForPreTrainingOutput(ModelOutput):
     mlm_accuracy: torch.Tensor | None = None
     rtd_accuracy: torch.Tensor | None = None
     replaced_fraction: torch.Tensor | None = None
+    disc_auc: torch.Tensor | None = None
+    disc_precision: torch.Tensor | None = None
+    disc_recall: torch.Tensor | None = None
     sampled_accuracy: torch.Tensor | None = None
     prediction_logits: torch.Tensor | None = None
     rtd_logits: torch.Tensor | None = None
@@ -110,6 +135,24 @@ def gumbel_sample(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tenso
     return noise.add_(logits.detach().float()).argmax(-1)
 
 
+def binary_auc(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """ROC AUC of `scores` for binary `labels` by the Mann-Whitney rank sum, tied scores sharing their mean rank.
+
+    AUC = (sum of the positives' ranks - P (P + 1) / 2) / (P N): the probability that a random positive scores
+    above a random negative, ties counting one half (`sklearn.metrics.roc_auc_score`'s value). NaN if a class is
+    absent.
+    """
+    scores, labels = scores.detach().flatten().float(), labels.detach().flatten().bool()
+    n_pos = labels.sum()
+    n_neg = labels.numel() - n_pos
+    sorted_scores, order = scores.sort()
+    _, group, counts = torch.unique_consecutive(sorted_scores, return_inverse=True, return_counts=True)
+    # Twice the 1-based mean rank of each tie group, an integer: exact sums with no float64 (absent on some devices).
+    double_rank = 2 * counts.cumsum(0) - counts + 1
+    double_rank_sum = double_rank[group][labels[order]].sum()
+    return (double_rank_sum - n_pos * (n_pos + 1)).float() / (2 * n_pos * n_neg).float()
+
+
 class BertologyElectraForPreTraining(ElectraPreTrainedModel):
     config_class = BertologyElectraConfig
     _auto_class = "AutoModelForPreTraining"
@@ -133,6 +176,19 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
         self.generator = ElectraForMaskedLM(gen_config)
         self.training_stage = "joint" if config.two_stage_generator_steps is None else "generator"
         self.post_init()  # after every submodule exists: expands the tied keys and ties the shared embeddings
+
+    def _initialize_weights(self, module, is_custom_code: bool = False):
+        # transformers skips a custom-code module without parameters of its own (this top model): ours must run.
+        super()._initialize_weights(module, is_custom_code=is_custom_code and module is not self)
+
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        # Last in `initialize_weights` (depth-first), after the sub-models `electra` and `generator` set their own.
+        if module is self:
+            for name, layer in self.named_modules():
+                if name in GLOROT_UNIFORM_LAYERS:
+                    init.xavier_uniform_(layer.weight)  # skips weights `from_pretrained` loaded
+                    init.zeros_(layer.bias)
 
     def get_output_embeddings(self):
         return self.generator.generator_lm_head
@@ -253,6 +309,11 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
         real_labels = rtd_labels[real].float()
         rtd_sum = F.binary_cross_entropy_with_logits(real_logits, real_labels, reduction="sum")
         rtd_loss = rtd_sum / _denominator(num_items_in_batch, "attention_mask", n_real, n_chosen)
+        with torch.no_grad():
+            predicted, replaced = real_logits > 0, real_labels.bool()
+            true_positives = (predicted & replaced).sum()
+            disc_precision = true_positives / predicted.sum()  # 0 / 0 = NaN: undefined, not 0
+            disc_recall = true_positives / replaced.sum()
         loss = config.discriminator_weight * rtd_loss
         if not frozen_generator:
             loss = loss + config.generator_weight * mlm_loss
@@ -264,6 +325,9 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
             mlm_accuracy=mlm_accuracy,
             rtd_accuracy=((real_logits > 0).float() == real_labels).float().mean(),
             replaced_fraction=real_labels.mean(),
+            disc_auc=binary_auc(real_logits, real_labels),
+            disc_precision=disc_precision,
+            disc_recall=disc_recall,
             sampled_accuracy=(sampled == targets).float().mean(),
             prediction_logits=prediction_logits,
             rtd_logits=rtd_logits,
