@@ -174,6 +174,10 @@ def test_compare_end_to_end_and_resume(compare_inputs, tmp_path, monkeypatch):
         rates = [point["learning_rate"] for point in pre["curve"]]
         assert rates[0] == 0.0 and max(rates) > rates[-1] > 0.0
         assert 0.0 <= saved["models"][name]["glue"]["sst2"]["eval_accuracy"] <= 1.0
+        # the scores are those of the fine-tuning run's own all_results.json, averaged as the GLUE table does
+        finetuned = json.loads((out / "glue" / name / "sst2" / "all_results.json").read_text())
+        assert saved["models"][name]["glue"]["sst2"] == finetuned
+        assert saved["models"][name]["glue_average"] == pytest.approx(finetuned["eval_accuracy"])
     assert saved["models"]["random-init"]["pretrain"] is None
     assert saved["models"]["random-init"]["glue_average"] is not None
     assert results["models"]["bert-tiny"]["glue_average"] == saved["models"]["bert-tiny"]["glue_average"]

@@ -23,6 +23,7 @@ from hf_bertology.evaluation.glue import (
     read_glue_tsv,
     task_score,
 )
+from hf_bertology.training.layerwise_lr import layerwise_lr_optimizer
 from hf_bertology.utils import BertologyError
 
 GLUE_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "glue"
@@ -219,6 +220,24 @@ def test_metric_module_matches_sklearn_scipy(config, monkeypatch):
         assert result[key] == pytest.approx(expected[key], abs=1e-6)
 
 
+def test_metric_values_against_hand_counts():
+    """The module's numbers against closed forms worked out by hand (not the sklearn/scipy calls it makes)."""
+    import evaluate
+
+    refs = [1, 1, 0, 0, 1, 0, 1, 1]
+    preds = [1, 0, 0, 1, 1, 0, 1, 1]  # TP 4, FN 1, FP 1, TN 2
+    mrpc = evaluate.load(GLUE_METRIC_PATH, config_name="mrpc").compute(predictions=preds, references=refs)
+    assert mrpc == pytest.approx({"accuracy": 6 / 8, "f1": 2 * 4 / (2 * 4 + 1 + 1)}, abs=1e-12)
+    cola = evaluate.load(GLUE_METRIC_PATH, config_name="cola").compute(predictions=preds, references=refs)
+    # MCC = (TP·TN − FP·FN) / sqrt((TP+FP)(TP+FN)(TN+FP)(TN+FN)) = (8 − 1) / sqrt(5·5·3·3)
+    assert cola["matthews_correlation"] == pytest.approx(7 / 15, abs=1e-12)
+    # x = [1, 3, 2, 4], y = [1, 2, 3, 4]: centred dot 4 over sqrt(5·5); ranks differ by 1 twice: 1 − 6·2 / (4·15)
+    stsb = evaluate.load(GLUE_METRIC_PATH, config_name="stsb").compute(
+        predictions=[1, 3, 2, 4], references=[1, 2, 3, 4]
+    )
+    assert stsb == pytest.approx({"pearson": 0.8, "spearmanr": 0.8}, abs=1e-6)  # scores are float32
+
+
 def test_metric_file_path_and_bad_config():
     import evaluate
 
@@ -286,6 +305,20 @@ def test_layerwise_lr_decay_groups():
     assert wd_of["classifier.weight"] == 0.01 and wd_of["classifier.bias"] == 0.0
     assert wd_of["bert.encoder.layer.1.output.LayerNorm.weight"] == 0.0
     assert len(lr_of) == len(list(model.parameters()))  # every parameter in exactly one group
+    grouped = [id(p) for g in groups for p in g["params"]]
+    assert sorted(grouped) == sorted(id(p) for p in model.parameters())  # no parameter twice, none left out
+    assert [len(g["params"]) for g in groups] == [len(g["names"]) for g in groups]
+
+    from transformers import TrainingArguments
+
+    args = TrainingArguments(
+        output_dir="unused", learning_rate=1e-4, weight_decay=0.01, adam_beta1=0.8, adam_beta2=0.9, adam_epsilon=1e-7
+    )
+    optimizer_cls, kwargs = layerwise_lr_optimizer(model, args, 0.8)
+    assert optimizer_cls is torch.optim.AdamW
+    assert (kwargs["lr"], kwargs["betas"], kwargs["eps"]) == (1e-4, (0.8, 0.9), 1e-7)
+    assert [(g["lr"], g["weight_decay"]) for g in kwargs["params"]] == [(g["lr"], g["weight_decay"]) for g in groups]
+    optimizer_cls(**kwargs)  # the groups are valid AdamW groups ("names" removed)
 
 
 # ------------------------------------------------------------------------------------------------ smoke runs
@@ -351,6 +384,10 @@ def test_smoke_sst2_train_eval_predict(tiny_model, tmp_path):
     from transformers import AutoConfig
 
     assert AutoConfig.from_pretrained(out).id2label == {0: "negative", 1: "positive"}
+    # the reported accuracy and the submitted labels are the fine-tuned checkpoint's own predictions
+    dev_pred, test_pred = _predict(out, TEXTS), _predict(out, TEXTS[:4])
+    assert results["eval_accuracy"] == pytest.approx(np.mean(dev_pred == [int(i % 2 == 0) for i in range(6)]))
+    assert [line.split("\t")[1] for line in lines[1:]] == [str(p) for p in test_pred]
     # the fine-tuned 2-label checkpoint cannot be fine-tuned on STS-B (1 output) without re-initialising its head
     with pytest.raises(BertologyError, match="--ignore_mismatched_sizes"):
         main(
@@ -364,6 +401,38 @@ def test_smoke_sst2_train_eval_predict(tiny_model, tmp_path):
                 "--do_train",
             )
         )
+
+
+def _predict(model_dir: Path, texts: list[str]) -> np.ndarray:
+    """Class ids from the saved checkpoint, with plain transformers (one padded batch)."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
+    with torch.no_grad():
+        logits = model(**tokenizer(texts, padding=True, truncation=True, max_length=32, return_tensors="pt")).logits
+    return logits.argmax(-1).numpy()
+
+
+def test_layerwise_decay_zero_trains_only_the_head(tiny_model, tmp_path):
+    """decay**(L + 2 - depth) with decay 0 leaves only depth L + 2 (pooler, classifier) a learning rate: the run must
+    leave embeddings and encoder exactly as they were, while decay 1 (every depth at the full lr) moves them."""
+    from safetensors.torch import load_file
+
+    data = _sst2_folder(tmp_path / "SST-2")
+    before = load_file(str(Path(tiny_model) / "model.safetensors"))
+    moved = {}
+    for decay in ("0.0", "1.0"):
+        out = tmp_path / f"decay-{decay}"
+        assert main(_run_args(tiny_model, out, "--task_name", "sst2", "--data_dir", str(data), "--do_train",
+                              "--learning_rate", "1e-2", "--layerwise_lr_decay", decay)) == 0  # fmt: skip
+        after = load_file(str(out / "model.safetensors"))
+        body = [k for k in after if k.startswith(("bert.embeddings.", "bert.encoder."))]
+        assert len(body) > 20 and all(k in before for k in body)
+        moved[decay] = [k for k in body if not torch.equal(after[k], before[k])]
+        assert not torch.equal(after["bert.pooler.dense.weight"], before["bert.pooler.dense.weight"])
+    assert moved["0.0"] == []
+    assert len(moved["1.0"]) > 20
 
 
 def _stsb_csv(tmp_path: Path) -> Path:

@@ -23,6 +23,39 @@ def test_registry_lists_every_size_of_each_variant():
         hb.get_recipe("bert-gigantic")
 
 
+FAMILY = {
+    "bert": "bert",
+    "roberta": "roberta",
+    "spanbert": "bert",
+    "albert": "albert",
+    "electra": "electra",
+    "xlnet": "xlnet",
+}
+
+
+@pytest.mark.parametrize("variant", sorted(hb.VARIANTS))
+def test_every_variant_has_the_readme_mini_and_tiny_sizes(variant):
+    """README "Recipes": `-mini` is 4 layers, hidden 256, 4 heads, FFN 1024, vocab 8000, length 128; `-tiny` is
+    2 layers, hidden 32, vocab 1000, length 64. Every preset builds its variant's config with the family's model_type."""
+    sizes = {"mini": (4, 256, 4, 1024, 8000, 128), "tiny": (2, 32, 4, 37, 1000, 64)}
+    for size, expected in sizes.items():
+        recipe = hb.get_recipe(f"{variant}-{size}")
+        c = recipe.config
+        layout = (
+            c.num_hidden_layers,
+            c.hidden_size,
+            c.num_attention_heads,
+            getattr(c, "intermediate_size", None) or c.d_inner,
+        )  # XLNet: d_inner
+        assert (*layout, recipe.vocab_size, recipe.max_seq_length) == expected
+    names = [name for name, preset in hb.PRESETS.items() if preset["variant"] == variant]
+    assert len(names) >= 4  # the paper sizes, mini and tiny
+    for name in names:
+        recipe = hb.get_recipe(name)
+        assert type(recipe.config) is hb.VARIANTS[variant].config_class
+        assert recipe.config.model_type == FAMILY[variant] and recipe.variant == variant
+
+
 @pytest.mark.parametrize(
     "name,backbone,expected",
     # RECIPES.md §9, computed from transformers' classes

@@ -105,3 +105,23 @@ def test_counts_per_objective(tmp_path):
     assert int(counts["labels"]) == sum(1 + 3 * i for i in range(4))
     assert int(counts["next_sentence_label"]) == 4
     assert int(counts["attention_mask"]) == 4 * 20
+
+
+def test_component_losses_are_logged_in_evaluation(tmp_path):
+    """README "Logs": the component losses and accuracies also come out of evaluation as `eval_*`, with the values
+    of a plain forward on the same batch."""
+    torch.manual_seed(0)
+    features = fixed_features(4)
+    model = hb.BertologyBertForPreTraining(hb.BertologyBertConfig(vocab_size=80, **TINY))
+    args = TrainingArguments(
+        output_dir=str(tmp_path), report_to=[], remove_unused_columns=False, per_device_eval_batch_size=4
+    )
+    trainer = BertologyTrainer(
+        model=model, args=args, eval_dataset=features, data_collator=lambda b: pad_features(b, 0)
+    )
+    metrics = trainer.evaluate()
+    with torch.no_grad():
+        out = model.eval()(**pad_features(features, 0))
+    for name in ("mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy"):
+        assert metrics[f"eval_{name}"] == pytest.approx(getattr(out, name).item(), abs=1e-4), name
+    assert metrics["eval_loss"] == pytest.approx(metrics["eval_mlm_loss"] + metrics["eval_nsp_loss"], abs=1e-3)

@@ -1,6 +1,6 @@
 """Hub-format folders: what `bertology pretrain` leaves behind, and its model card.
 
-A folder holds `config.json` (the family's `model_type` plus an `auto_map` to our config and pretraining class),
+A folder holds `config.json` (the family's `model_type` plus an `auto_map` naming our pretraining class),
 `model.safetensors`, the tokenizer, our modeling code (copied by `save_pretrained` for `trust_remote_code=True`)
 and a `README.md` model card. Plain `transformers` loads it without us.
 """

@@ -1,0 +1,157 @@
+"""The layout rules of docs/ARCHITECTURE.md, read from the source's own imports (nothing is imported or run).
+
+- Imports run one way, downwards through the layers; a folder may import itself, and variant folders never import
+  each other.
+- No import cycle between modules.
+- A variant's configuration and modeling files import only the standard library, torch, transformers and their own
+  folder, so `save_pretrained` copies a self-contained module and `trust_remote_code=True` works without hf_bertology.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "hf_bertology"
+
+# docs/ARCHITECTURE.md, "Layers": a module may import only modules of a lower layer, or of its own unit.
+LAYERS = {
+    "utils.py": 0,
+    "models/": 1,
+    "collators/": 1,
+    "data/": 1,
+    "hub.py": 1,
+    "testing/": 1,
+    "recipes.py": 2,
+    "export.py": 2,
+    "training/": 3,
+    "evaluation/": 4,
+    "cli.py": 5,
+    "__main__.py": 6,
+    "__init__.py": 5,
+}
+
+
+def relative(path: Path) -> str:
+    return path.relative_to(PACKAGE).as_posix()
+
+
+def layer(rel: str) -> int:
+    for prefix, rank in LAYERS.items():
+        if rel == prefix or (prefix.endswith("/") and rel.startswith(prefix)):
+            return rank
+    raise AssertionError(f"{rel} belongs to no layer: add it to docs/ARCHITECTURE.md and to LAYERS here")
+
+
+def unit(rel: str) -> str:
+    """What may import itself freely: a variant folder (models/<variant>), another folder, or one top-level file."""
+    parts = rel.split("/")
+    if parts[0] == "models" and len(parts) > 2:
+        return "/".join(parts[:2])
+    return parts[0]
+
+
+def module_file(dotted: list[str]) -> Path | None:
+    """The file of module `hf_bertology.<dotted>` (a package's __init__.py), if it exists."""
+    base = PACKAGE.joinpath(*dotted)
+    if base.with_suffix(".py").is_file():
+        return base.with_suffix(".py")
+    if (base / "__init__.py").is_file():
+        return base / "__init__.py"
+    return None
+
+
+def imports(path: Path) -> tuple[list[Path], list[str]]:
+    """(the hf_bertology files `path` imports anywhere in it, the other top-level modules it imports)."""
+    own = path.relative_to(PACKAGE).with_suffix("").parts
+    package = list(own[:-1])  # a module's package; for __init__.py, the package itself
+    found, external = [], []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                name = alias.name.split(".")
+                if name[0] == "hf_bertology":
+                    target = module_file(name[1:])
+                    found += [target] if target else []
+                else:
+                    external.append(name[0])
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                name = (node.module or "").split(".")
+                if name[0] != "hf_bertology":
+                    external.append(name[0])
+                    continue
+                base = name[1:]
+            else:
+                if node.level - 1 > len(package):
+                    raise AssertionError(f"{relative(path)}: relative import beyond the package")
+                base = package[: len(package) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+            for alias in node.names:  # `from . import glue` names a module; `from .x import name` names x
+                target = module_file(base + [alias.name]) or module_file(base)
+                if target is None:
+                    raise AssertionError(f"{relative(path)}: cannot resolve the import of {'.'.join(base)}")
+                found.append(target)
+    return [f for f in found if f != path], external
+
+
+SOURCES = sorted(PACKAGE.rglob("*.py"))
+GRAPH = {path: imports(path)[0] for path in SOURCES}
+
+
+def test_every_source_file_is_read():
+    rels = {relative(path) for path in SOURCES}
+    assert {"recipes.py", "training/pretrain.py", "evaluation/glue/run.py", "models/bert/modeling_bert.py"} <= rels
+    assert sum(len(targets) for targets in GRAPH.values()) > 50  # the graph is not empty by a parsing mistake
+
+
+def test_imports_run_downwards():
+    upward = [
+        f"{relative(a)} (layer {layer(relative(a))}) -> {relative(b)} (layer {layer(relative(b))})"
+        for a, targets in GRAPH.items()
+        for b in targets
+        if unit(relative(a)) != unit(relative(b)) and layer(relative(a)) <= layer(relative(b))
+    ]
+    assert upward == []
+
+
+def test_no_import_cycles():
+    state: dict[Path, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: Path, path: list[Path]) -> list[Path] | None:
+        state[node] = 1
+        for target in GRAPH[node]:
+            if state.get(target) == 1:
+                return path[path.index(target) :] + [target]
+            if target not in state:
+                cycle = visit(target, path + [target])
+                if cycle:
+                    return cycle
+        state[node] = 2
+        return None
+
+    for start in SOURCES:
+        if start not in state:
+            cycle = visit(start, [start])
+            assert cycle is None, " -> ".join(relative(p) for p in cycle)
+
+
+MODEL_FILES = sorted(PACKAGE.glob("models/*/*_*.py"))
+
+
+@pytest.mark.parametrize("path", MODEL_FILES, ids=lambda p: relative(p))
+def test_model_files_are_self_contained(path):
+    targets, external = imports(path)
+    assert all(t.parent == path.parent for t in targets), [relative(t) for t in targets]
+    allowed = set(sys.stdlib_module_names) | {"torch", "transformers"}
+    assert set(external) <= allowed, set(external) - allowed
+
+
+def test_every_variant_folder_has_its_files():
+    variants = sorted(p.name for p in PACKAGE.glob("models/*/") if (p / "__init__.py").is_file())
+    assert variants == ["albert", "bert", "electra", "roberta", "spanbert", "xlnet"]
+    for name in variants:
+        for kind in ("configuration", "modeling"):
+            assert (PACKAGE / "models" / name / f"{kind}_{name}.py").is_file()
