@@ -279,6 +279,64 @@ def describe_corpus(data_args: DataArguments) -> str:
     return f"`{data_args.dataset_name}` ({data_args.dataset_config_name or 'default'})"
 
 
+def load_corpora(data_args: DataArguments, training_args: TrainingArguments) -> tuple:
+    """The training corpus and, with --do_eval and --validation_file, the evaluation corpus (else None)."""
+    corpus_kwargs = dict(
+        dataset_name=data_args.dataset_name,
+        dataset_config_name=data_args.dataset_config_name,
+        text_column=data_args.text_column,
+        doc_separator=data_args.doc_separator,
+        streaming=data_args.streaming,
+    )
+    with training_args.main_process_first(desc="reading the corpus"):
+        corpus = load_corpus(train_files=data_args.train_file, **corpus_kwargs)
+        eval_corpus = None
+        if training_args.do_eval and data_args.validation_file:
+            eval_corpus = load_corpus(train_files=data_args.validation_file, **{**corpus_kwargs, "dataset_name": None})
+    return corpus, eval_corpus
+
+
+def build_examples(
+    corpus,
+    eval_corpus,
+    tokenizer,
+    recipe: Recipe,
+    data_args: DataArguments,
+    training_args: TrainingArguments,
+    max_seq_length: int,
+) -> tuple:
+    """The training and evaluation examples, as the Trainer gets them: row i of the training set is example i
+    (`bertology show-mask --example i` rebuilds them with the same flags)."""
+    num_proc = data_args.preprocessing_num_workers
+
+    def examples(source):
+        tokenized = tokenize_corpus(
+            source, tokenizer, num_proc=num_proc, load_from_cache_file=not data_args.overwrite_cache
+        )
+        return build_pretraining_dataset(
+            tokenized, tokenizer, recipe.config, max_seq_length, training_args.seed, num_proc
+        )
+
+    with training_args.main_process_first(desc="building examples"):
+        train_dataset = examples(corpus)
+        eval_dataset = examples(eval_corpus) if eval_corpus is not None else None
+    if isinstance(train_dataset, datasets.Dataset):
+        if len(train_dataset) == 0:
+            raise BertologyError("the corpus produced no training examples (is it empty?)")
+        if training_args.do_eval and eval_dataset is None:
+            held_out = max(1, len(train_dataset) * data_args.validation_split_percentage // 100)
+            split = train_dataset.train_test_split(test_size=held_out, seed=training_args.seed)
+            train_dataset, eval_dataset = split["train"], split["test"]
+        if data_args.max_train_samples is not None:
+            train_dataset = train_dataset.select(range(min(data_args.max_train_samples, len(train_dataset))))
+        logger.info("%d training examples of at most %d tokens", len(train_dataset), max_seq_length)
+    else:
+        train_dataset = train_dataset.shuffle(buffer_size=10_000, seed=training_args.seed)
+    if eval_dataset is not None and data_args.max_eval_samples is not None:
+        eval_dataset = eval_dataset.select(range(min(data_args.max_eval_samples, len(eval_dataset))))
+    return train_dataset, eval_dataset
+
+
 def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
     """Run pretraining; returns the final metrics (also written to `output_dir/all_results.json`).
 
@@ -302,18 +360,7 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
         raise BertologyError("--streaming needs --max_steps (a stream has no length)")
 
     # -- corpus ---------------------------------------------------------------------------------------------
-    corpus_kwargs = dict(
-        dataset_name=data_args.dataset_name,
-        dataset_config_name=data_args.dataset_config_name,
-        text_column=data_args.text_column,
-        doc_separator=data_args.doc_separator,
-        streaming=data_args.streaming,
-    )
-    with training_args.main_process_first(desc="reading the corpus"):
-        corpus = load_corpus(train_files=data_args.train_file, **corpus_kwargs)
-        eval_corpus = None
-        if training_args.do_eval and data_args.validation_file:
-            eval_corpus = load_corpus(train_files=data_args.validation_file, **{**corpus_kwargs, "dataset_name": None})
+    corpus, eval_corpus = load_corpora(data_args, training_args)
 
     # -- tokenizer ------------------------------------------------------------------------------------------
     tokenizer_source = model_args.tokenizer_name or model_args.model_name_or_path
@@ -360,33 +407,9 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
     logger.info("%s: %s parameters", type(model).__name__, f"{model.num_parameters():,}")
 
     # -- examples -------------------------------------------------------------------------------------------
-    num_proc = data_args.preprocessing_num_workers
-
-    def examples(source):
-        tokenized = tokenize_corpus(
-            source, tokenizer, num_proc=num_proc, load_from_cache_file=not data_args.overwrite_cache
-        )
-        return build_pretraining_dataset(
-            tokenized, tokenizer, recipe.config, max_seq_length, training_args.seed, num_proc
-        )
-
-    with training_args.main_process_first(desc="building examples"):
-        train_dataset = examples(corpus)
-        eval_dataset = examples(eval_corpus) if eval_corpus is not None else None
-    if isinstance(train_dataset, datasets.Dataset):
-        if len(train_dataset) == 0:
-            raise BertologyError("the corpus produced no training examples (is it empty?)")
-        if training_args.do_eval and eval_dataset is None:
-            held_out = max(1, len(train_dataset) * data_args.validation_split_percentage // 100)
-            split = train_dataset.train_test_split(test_size=held_out, seed=training_args.seed)
-            train_dataset, eval_dataset = split["train"], split["test"]
-        if data_args.max_train_samples is not None:
-            train_dataset = train_dataset.select(range(min(data_args.max_train_samples, len(train_dataset))))
-        logger.info("%d training examples of at most %d tokens", len(train_dataset), max_seq_length)
-    else:
-        train_dataset = train_dataset.shuffle(buffer_size=10_000, seed=training_args.seed)
-    if eval_dataset is not None and data_args.max_eval_samples is not None:
-        eval_dataset = eval_dataset.select(range(min(data_args.max_eval_samples, len(eval_dataset))))
+    train_dataset, eval_dataset = build_examples(
+        corpus, eval_corpus, tokenizer, recipe, data_args, training_args, max_seq_length
+    )
 
     # -- training -------------------------------------------------------------------------------------------
     # `--push_to_hub` pushes the final Hub-format folder once, below; the Trainer's own pushes (every checkpoint,
