@@ -115,11 +115,13 @@ def top_up_words(
     eligible = (word_len > 0) & ~chosen & (word_len <= missing[:, None])
     scores = torch.where(eligible, draws.uniform(TOP_UP, width), -1.0)
     best, words = scores.topk(min(width, int(missing.max()) + 8), dim=1)  # (B, k) words in random order
-    sizes = torch.where(best >= 0, word_len.gather(1, words), missing.max() + 1)  # (B, k); ineligible never fit
+    # (B, k); ineligible words, and those past a row's own `missing + 8`, never fit
+    own = torch.arange(words.shape[1]) < (missing + 8)[:, None]
+    sizes = torch.where((best >= 0) & own, word_len.gather(1, words), missing.max() + 1)
     take = torch.zeros_like(sizes, dtype=torch.bool)
     remaining = missing.clone()
     for column in range(sizes.shape[1]):  # a few columns: greedy, word by word
-        fits = (sizes[:, column] <= remaining) & (column < missing + 8)
+        fits = sizes[:, column] <= remaining
         take[:, column] = fits
         remaining -= sizes[:, column] * fits
     return torch.zeros(batch, width, dtype=torch.bool).scatter_(1, words, take)
