@@ -1,6 +1,7 @@
 """Kill and resume: `bertology pretrain` killed with SIGKILL after a checkpoint, resumed with
 `--resume_from_checkpoint last`, ends with the weights of an uninterrupted run (CPU, same seed): the data order,
-the masking RNG (torch's global RNG, saved in rng_state.pth) and the optimizer all come back. A checkpoint cut off
+the masks (keyed by seed, epoch and example id), the model's RNG (torch's global RNG, saved in rng_state.pth) and the
+optimizer all come back. A checkpoint cut off
 while being written is never picked."""
 
 from __future__ import annotations
@@ -112,21 +113,9 @@ def test_kill_and_resume_equals_an_uninterrupted_run(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", tiny_recipes())
-@pytest.mark.parametrize(
-    "workers",
-    [
-        "0",
-        pytest.param(
-            "1",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="known limitation: a DataLoader worker masks with its own RNG (seeded per epoch from the main "
-                "one), whose state no checkpoint holds; the resumed run is statistically, not bitwise, the same",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("workers", ["0", "2"])
 def test_kill_and_resume_every_variant(recipe, workers, tmp_path):
+    """With dataloader workers too: masks are a function of (seed, epoch, example id), not of a worker's RNG."""
     run_kill_and_resume(recipe, tmp_path, "--dataloader_num_workers", workers)
 
 

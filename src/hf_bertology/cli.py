@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("hf_bertology.export", "write a vanilla transformers folder (e.g. an ELECTRA discriminator/generator)"),
     "compare": ("hf_bertology.evaluation.compare", "pretrain recipes at equal compute, fine-tune on GLUE, report"),
     "push": ("hf_bertology.hub", "push a Hub-format folder (weights, tokenizer, code, card) to the Hugging Face Hub"),
+    "show-mask": ("hf_bertology.training.show_mask", "print training example i as the model saw it in epoch e"),
 }
 
 

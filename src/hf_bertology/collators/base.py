@@ -1,4 +1,4 @@
-"""What every collator shares: padding list features into tensors, the random generator, word starts.
+"""What every collator shares: padding list features into tensors, the random draws, word starts.
 
 Written here rather than taken from `DataCollatorWithPadding`: `tokenizer.pad` converts each feature through
 Python objects and is the slowest part of transformers' MLM collator; one numpy fill per row is several times
@@ -17,6 +17,8 @@ from transformers import PreTrainedTokenizerBase
 
 from ..utils import BertologyError
 
+# The feature key of an example's id (see `RandomSource`): read by the collator, never passed to the model.
+EXAMPLE_ID = "example_id"
 # Per-token keys padded to the batch length, with their padding value (`None`: the tokenizer's pad id).
 SEQUENCE_KEYS: dict[str, int | None] = {
     "input_ids": None,
@@ -35,7 +37,8 @@ def pad_features(
     """Pad the per-token keys of `features` into `(batch, length)` tensors and stack the per-example scalars.
 
     Returns `attention_mask` too (1 on real tokens). Keys other than SEQUENCE_KEYS must be scalars or equal-length
-    sequences (e.g. `next_sentence_label`); they are stacked as they are.
+    sequences (e.g. `next_sentence_label`); they are stacked as they are. `example_id` (for the random draws, see
+    `RandomSource`) is left out: the model never sees it.
     """
     if not features:
         raise BertologyError("cannot collate an empty list of features")
@@ -61,23 +64,97 @@ def pad_features(
         batch[key] = torch.from_numpy(out)
     batch["attention_mask"] = torch.from_numpy(attention.astype(np.int64))
     for key in features[0]:
-        if key not in SEQUENCE_KEYS:
+        if key not in SEQUENCE_KEYS and key != EXAMPLE_ID:
             batch[key] = torch.tensor([f[key] for f in features])
     return batch
 
 
-class RandomSource:
-    """Where a collator draws its randomness from.
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # SplitMix64's increment: counters map to well-spread 64-bit states
+_MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
-    `seed=None` (the default under `Trainer`): torch's global generator. The Trainer seeds it, saves it in every
-    checkpoint and restores it on resume, and a DataLoader worker's global generator is seeded from the main one
-    per epoch and worker, so masks are new every pass, differ between workers, and resume exactly.
-    `seed=int`: a private generator, seeded with `seed + worker id` the first time it is used in a process
-    (reproducible stand-alone use, e.g. tests and benchmarks).
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser (Steele et al. 2014, as in `java.util.SplittableRandom`): a bijective 64-bit hash."""
+    x = x ^ (x >> np.uint64(30))
+    x *= _MIX1
+    x ^= x >> np.uint64(27)
+    x *= _MIX2
+    return x ^ (x >> np.uint64(31))
+
+
+class Draws:
+    """Counter-based random numbers for one batch: a pure function of each row's 64-bit key and a counter.
+
+    Entry `(b, j)` of `uniform(stream, n)` is `hash(key[b] + (stream * 2^32 + j) * golden)` (SplitMix64 on a
+    counter, the idea of Salmon et al. 2011 "Parallel random numbers: as easy as 1, 2, 3"), mapped to a float64
+    in [0, 1) with 53 random bits. So a row's draws depend on its key and on the position or index they are for,
+    never on the other rows of the batch, the padded length or the order of the calls, and the whole batch is one
+    vectorised numpy pass (as fast as `torch.rand` on this machine). With keys from `(seed, epoch, example id)`
+    every mask is reproducible from those three numbers (fairseq's `MaskTokensDataset` seeds each example from
+    `(seed, epoch, index)` for the same reason).
+    """
+
+    def __init__(self, keys: torch.Tensor):
+        self.keys = keys  # (B,) int64: the bits of each row's uint64 key
+
+    @classmethod
+    def for_examples(cls, seed: int, epoch: int, example_ids: Sequence[int] | np.ndarray) -> Draws:
+        """Keys of the examples `example_ids` in `epoch` of a run seeded with `seed`."""
+        ids = np.asarray(example_ids, dtype=np.int64).astype(np.uint64)
+        head = _mix64(np.array([seed % 2**64], dtype=np.uint64) + _GOLDEN)
+        head = _mix64(head ^ np.array([epoch % 2**64], dtype=np.uint64))
+        return cls(torch.from_numpy(_mix64(head + ids * _GOLDEN).view(np.int64)))
+
+    @classmethod
+    def fresh(cls, rows: int, generator: torch.Generator | None = None) -> Draws:
+        """Keys drawn from a torch generator (None: the global one): new numbers on every call."""
+        base = torch.randint(-(2**63), 2**63 - 1, (1,), generator=generator).numpy().view(np.uint64)
+        return cls(torch.from_numpy(_mix64(base + np.arange(rows, dtype=np.uint64) * _GOLDEN).view(np.int64)))
+
+    def __getitem__(self, rows) -> Draws:
+        """The draws of a subset of the rows (`rows`: an index or bool tensor)."""
+        return Draws(self.keys[rows])
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def uniform(self, stream: int, counters: int | torch.Tensor) -> torch.Tensor:
+        """`(B, n)` float64 uniforms in [0, 1) for the counters `0..n-1` (`counters=n`) or a `(B, K)` tensor of them.
+
+        `stream` (a small int) separates the uses (positions to mask, replacements, span lengths, ...) so that two
+        uses of the same position are independent.
+        """
+        keys = self.keys.numpy().view(np.uint64)[:, None]  # (B, 1)
+        if isinstance(counters, int):
+            counter = np.arange(counters, dtype=np.uint64)[None, :]
+        else:
+            counter = counters.numpy().astype(np.uint64)
+        bits = _mix64(keys + (counter + np.uint64(stream << 32)) * _GOLDEN)
+        return torch.from_numpy((bits >> np.uint64(11)).astype(np.float64) * 2.0**-53)
+
+    def integers(self, stream: int, counters: int | torch.Tensor, high: int | torch.Tensor) -> torch.Tensor:
+        """`(B, n)` int64 uniform in `[0, high)` (`high`: an int or a tensor broadcast against the result)."""
+        return (self.uniform(stream, counters) * high).long()
+
+
+class RandomSource:
+    """Where a collator's randomness comes from: `(seed, epoch, example id)` when the features carry an id.
+
+    Features with an `example_id` (`BertologyTrainer` adds the dataset index; any dataset may carry its own) get
+    keys from `(seed, epoch, example_id)`, where `seed` is the collator's `seed`, else the run's seed
+    (`set_run_seed`: the Trainer passes `TrainingArguments.data_seed` or `seed`), and `epoch` is set with
+    `set_epoch` (the Trainer does it at every epoch start). The masks of an example are then the same whatever
+    the batch size, the dataloader workers, the processes, or an interruption and resumption.
+
+    Features without ids get fresh keys on every call, drawn as before: `seed=None` from torch's global generator
+    (seeded and checkpointed by the Trainer; a DataLoader worker's is seeded per epoch and worker), `seed=int` from
+    a private generator seeded with `seed + worker id` the first time it is used in a process.
     """
 
     def __init__(self, seed: int | None):
         self.seed = seed
+        self.run_seed = 0
+        self.epoch = 0
         self._generator: torch.Generator | None = None
         self._worker: int | None = None
 
@@ -91,8 +168,29 @@ class RandomSource:
             self._worker = worker
         return self._generator
 
+    def draws(self, features: Sequence[dict[str, Any]]) -> Draws:
+        """The batch's draws: keyed by the features' example ids if they have them, else fresh."""
+        if EXAMPLE_ID in features[0]:
+            seed = self.seed if self.seed is not None else self.run_seed
+            return Draws.for_examples(seed, self.epoch, [f[EXAMPLE_ID] for f in features])
+        return Draws.fresh(len(features), self.generator())
+
     def __getstate__(self):  # a generator does not pickle (DataLoader workers); re-seed in the worker
-        return {"seed": self.seed, "_generator": None, "_worker": None}
+        return {**self.__dict__, "_generator": None, "_worker": None}
+
+
+class ExampleSeeded:
+    """What the Trainer calls on a collator whose draws are keyed by `(seed, epoch, example id)`."""
+
+    _random: RandomSource
+
+    def set_epoch(self, epoch: int) -> None:
+        """Masks of epoch `epoch` from now on (`BertologyTrainer` calls it at every epoch start)."""
+        self._random.epoch = int(epoch)
+
+    def set_run_seed(self, seed: int) -> None:
+        """The seed of example-keyed draws when the collator was built with `seed=None` (the Trainer's seed)."""
+        self._random.run_seed = int(seed)
 
 
 def require_tokens(tokenizer: PreTrainedTokenizerBase, *names: str) -> None:

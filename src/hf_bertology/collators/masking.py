@@ -16,7 +16,19 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from .base import RandomSource, non_special_vocab, pad_features, require_tokens, special_ids, word_start_table
+from .base import (
+    Draws,
+    ExampleSeeded,
+    RandomSource,
+    non_special_vocab,
+    pad_features,
+    require_tokens,
+    special_ids,
+    word_start_table,
+)
+
+# Streams of `Draws`: one per use, so that the draws of one position for two uses are independent.
+CHOOSE, TREATMENT, REPLACEMENT = 1, 2, 3
 
 
 def rank_within_rows(scores: torch.Tensor) -> torch.Tensor:
@@ -28,7 +40,7 @@ def rank_within_rows(scores: torch.Tensor) -> torch.Tensor:
 
 
 def choose_whole_words(
-    candidates: torch.Tensor, word_starts: torch.Tensor, budget: torch.Tensor, generator: torch.Generator | None
+    candidates: torch.Tensor, word_starts: torch.Tensor, budget: torch.Tensor, draws: Draws
 ) -> torch.Tensor:
     """Pick whole words in a random order until each row's token `budget` is met; `(B, L)` bool.
 
@@ -41,7 +53,7 @@ def choose_whole_words(
     starts[:, 0] = True  # a row may begin mid-word (a block cut from a long sentence)
     word_id = starts.long().cumsum(1) - 1  # (B, L) index of each token's word
     word_len = torch.zeros(batch, length, dtype=torch.long).scatter_add_(1, word_id, candidates.long())
-    scores = torch.rand(batch, length, generator=generator)
+    scores = draws.uniform(CHOOSE, length)  # (B, L): the random rank of word w (column w)
     scores[word_len == 0] = 2.0  # not a word (or a non-candidate): sorted last, never taken
     order = scores.argsort(dim=1)  # (B, L) words in random order
     sorted_len = word_len.gather(1, order)
@@ -60,7 +72,7 @@ def choose_whole_words(
 
 
 @dataclass
-class DataCollatorForMaskedLM:
+class DataCollatorForMaskedLM(ExampleSeeded):
     """Pads features and masks an exact number of tokens per sequence for masked language modelling.
 
     Per sequence, `n = min(max_predictions_per_seq, max(1, round(num_real_tokens * mlm_probability)))` positions
@@ -70,12 +82,16 @@ class DataCollatorForMaskedLM:
     unchanged otherwise. Expected statistics: the masked count is exact; the split is 0.80/0.10/0.10 by default;
     special tokens and padding are never chosen; a new mask is drawn on every call (dynamic masking).
 
+    Randomness (`RandomSource`): features with an `example_id` are masked as a pure function of (seed, epoch,
+    example id, position), so an example's mask changes from epoch to epoch (`set_epoch`) but not with the batch
+    it lands in; features without one get new draws on every call.
+
     With `whole_word_mask=True`, whole words are chosen (word starts from the features' `word_starts`, else from the
     tokenizer's vocabulary) until the count is met; words that would overflow are skipped, so the count can fall
     short by less than one word. 80/10/10 is still drawn per token, as in BERT.
 
     Input features: dicts with `input_ids` (list of ints, special tokens included) and optionally `token_type_ids`,
-    `word_starts`, and per-example labels (`next_sentence_label`, ...) that are passed through.
+    `word_starts`, `example_id` (not passed on), and per-example labels (`next_sentence_label`, ...) that are passed through.
     Output: `input_ids`, `attention_mask`, `labels` (-100 where nothing is predicted), and the pass-through keys.
     """
 
@@ -124,15 +140,16 @@ class DataCollatorForMaskedLM:
 
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         batch = pad_features(features, self.tokenizer.pad_token_id, self.pad_to_multiple_of)
+        draws = self._random.draws(features)
         word_starts = batch.pop("word_starts", None)
         special_mask = batch.pop("special_tokens_mask", None)
         input_ids, attention = batch["input_ids"], batch["attention_mask"].bool()
         candidates = attention & ~torch.isin(input_ids, self._special)
         if special_mask is not None:
             candidates &= ~special_mask.bool()
-        chosen = self.choose(input_ids, attention, candidates, word_starts)
+        chosen = self.choose(input_ids, attention, candidates, word_starts, draws)
         batch["labels"] = torch.where(chosen, input_ids, -100)
-        batch["input_ids"] = self.corrupt(input_ids, chosen)
+        batch["input_ids"] = self.corrupt(input_ids, chosen, draws)
         return batch
 
     def choose(
@@ -141,31 +158,31 @@ class DataCollatorForMaskedLM:
         attention: torch.Tensor,
         candidates: torch.Tensor,
         word_starts: torch.Tensor | None = None,
+        draws: Draws | None = None,
     ) -> torch.Tensor:
         """`(B, L)` bool: the positions to predict."""
-        generator = self._random.generator()
+        draws = draws if draws is not None else Draws.fresh(len(input_ids), self._random.generator())
         budget = self.num_to_predict(attention.sum(1), candidates.sum(1))
         if self.whole_word_mask:
             if word_starts is None:
                 if self._word_start_table is None:
                     self._word_start_table = word_start_table(self.tokenizer)
                 word_starts = self._word_start_table[input_ids]
-            return choose_whole_words(candidates, word_starts.bool(), budget, generator)
-        scores = torch.rand(input_ids.shape, generator=generator)
+            return choose_whole_words(candidates, word_starts.bool(), budget, draws)
+        scores = draws.uniform(CHOOSE, input_ids.shape[1])
         scores[~candidates] = 2.0  # non-candidates rank last
         return rank_within_rows(scores) < budget[:, None]
 
-    def corrupt(self, input_ids: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
+    def corrupt(self, input_ids: torch.Tensor, chosen: torch.Tensor, draws: Draws | None = None) -> torch.Tensor:
         """Replace the chosen positions: mask token / random non-special token / unchanged."""
-        generator = self._random.generator()
-        draw = torch.rand(input_ids.shape, generator=generator)
+        draws = draws if draws is not None else Draws.fresh(len(input_ids), self._random.generator())
+        draw = draws.uniform(TREATMENT, input_ids.shape[1])
         to_mask = chosen & (draw < self.mask_replace_prob)
         to_random = (
             chosen & (draw >= self.mask_replace_prob) & (draw < self.mask_replace_prob + self.random_replace_prob)
         )
         corrupted = input_ids.masked_fill(to_mask, self.tokenizer.mask_token_id)
-        n_random = int(to_random.sum())
-        if n_random:
-            picks = torch.randint(len(self._replacements), (n_random,), generator=generator)
-            corrupted[to_random] = self._replacements[picks]
+        if bool(to_random.any()):
+            picks = draws.integers(REPLACEMENT, input_ids.shape[1], len(self._replacements))  # (B, L)
+            corrupted[to_random] = self._replacements[picks[to_random]]
         return corrupted

@@ -36,10 +36,17 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from ..utils import BertologyError
-from .base import RandomSource, pad_features, require_tokens, special_ids, word_start_table
+from .base import Draws, ExampleSeeded, RandomSource, pad_features, require_tokens, special_ids, word_start_table
 
 # Keys of the features that are bookkeeping for the data order, not model inputs.
 DROPPED_KEYS = ("stream_position",)
+# Streams of `Draws`, drawn per word, span or position index so that a row's draws do not depend on its batch.
+SPAN_LENGTH, SPAN_OFFSET, SPAN_ORDER, TOP_UP, FACTORISATION = 1, 2, 3, 4, 5
+
+
+def as_draws(randomness: Draws | torch.Generator | None, rows: int) -> Draws:
+    """`Draws` as they are; a torch generator (or None: the global one) gives fresh keys."""
+    return randomness if isinstance(randomness, Draws) else Draws.fresh(rows, randomness)
 
 
 def segment_words(candidates: torch.Tensor, word_starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -59,23 +66,28 @@ def segment_words(candidates: torch.Tensor, word_starts: torch.Tensor) -> tuple[
 
 
 def sample_spans(
-    num_words: torch.Tensor, width: int, context_ratio: float, max_span_length: int, generator: torch.Generator | None
+    num_words: torch.Tensor,
+    width: int,
+    context_ratio: float,
+    max_span_length: int,
+    randomness: Draws | torch.Generator | None = None,
 ) -> torch.Tensor:
     """XLNet's span sampling (`_sample_mask`) over whole words: `(B, width)` span id of each word, -1 if none.
 
     Each row's `num_words` words are cut into consecutive contexts of `floor(n * context_ratio)` words
     (n ~ p(n) ∝ 1/n, n = 1..max_span_length), each holding one span of n words at a uniform offset, so about
-    1 / context_ratio of the words are targets.
+    1 / context_ratio of the words are targets. Context s draws its length and offset from counter s.
     """
     batch = num_words.shape[0]
+    draws = as_draws(randomness, batch)
     num_spans = width // max(1, int(context_ratio)) + 2  # enough contexts to cover every word
     lengths = torch.arange(1, max_span_length + 1, dtype=torch.float64)
     cdf = (1.0 / lengths).cumsum(0) / (1.0 / lengths).sum()
-    draws = torch.rand(batch, num_spans, generator=generator, dtype=torch.float64)
-    span_len = torch.searchsorted(cdf, draws).clamp(max=max_span_length - 1) + 1  # (B, S) words per span
+    uniform = draws.uniform(SPAN_LENGTH, num_spans)
+    span_len = torch.searchsorted(cdf, uniform).clamp(max=max_span_length - 1) + 1  # (B, S) words per span
     context = (span_len.double() * context_ratio).floor().long().clamp(min=1)
     span_len = torch.minimum(span_len, context)
-    offset = (torch.rand(batch, num_spans, generator=generator) * (context - span_len + 1)).long()
+    offset = draws.integers(SPAN_OFFSET, num_spans, context - span_len + 1)
     context_end = context.cumsum(1)  # (B, S)
     span_start = context_end - context + offset
     # difference array over words: +1 where a span starts, -1 where it ends
@@ -89,19 +101,23 @@ def sample_spans(
 
 
 def top_up_words(
-    word_len: torch.Tensor, chosen: torch.Tensor, missing: torch.Tensor, generator: torch.Generator | None
+    word_len: torch.Tensor, chosen: torch.Tensor, missing: torch.Tensor, randomness: Draws | torch.Generator | None
 ) -> torch.Tensor:
     """`(B, W)` bool: random words not yet `chosen` whose lengths add up to each row's `missing` token count.
 
     Greedy in a random order: each word is taken if it still fits, so the count falls short only when no free word
     is short enough. `missing` is small (what the kept spans leave of the budget), so the random order is the
-    `topk` of a few random scores, and the greedy pass loops over those few columns, not over positions.
+    `topk` of a few random scores, and the greedy pass loops over those few columns, not over positions: the first
+    `missing + 8` words of a row's order (its own count, so that the batch's other rows change nothing).
     """
     batch, width = word_len.shape
+    draws = as_draws(randomness, batch)
     eligible = (word_len > 0) & ~chosen & (word_len <= missing[:, None])
-    scores = torch.where(eligible, torch.rand(batch, width, generator=generator), -1.0)
+    scores = torch.where(eligible, draws.uniform(TOP_UP, width), -1.0)
     best, words = scores.topk(min(width, int(missing.max()) + 8), dim=1)  # (B, k) words in random order
-    sizes = torch.where(best >= 0, word_len.gather(1, words), missing.max() + 1)  # (B, k); ineligible never fit
+    # (B, k); ineligible words, and those past a row's own `missing + 8`, never fit
+    own = torch.arange(words.shape[1]) < (missing + 8)[:, None]
+    sizes = torch.where((best >= 0) & own, word_len.gather(1, words), missing.max() + 1)
     take = torch.zeros_like(sizes, dtype=torch.bool)
     remaining = missing.clone()
     for column in range(sizes.shape[1]):  # a few columns: greedy, word by word
@@ -112,13 +128,14 @@ def top_up_words(
 
 
 @dataclass
-class DataCollatorForPermutationLM:
+class DataCollatorForPermutationLM(ExampleSeeded):
     """Pads features and builds XLNet's permutation-LM inputs: `perm_mask`, `target_mapping`, `labels`.
 
     Expected statistics: per sequence, exactly `min(num_predict, max(1, round(num_real_tokens / K)))` targets
     (K = `mask_alpha / mask_beta` = 6; fewer by less than one word when no remaining word fits), all of them whole
     words, most in spans of 1-5 words (mean 2.19 words); `<sep>`, `<cls>`, other special tokens and padding are never
-    targets. A new choice and order are drawn on every call.
+    targets. A new choice and order are drawn on every call, or, for features with an `example_id`, as a pure
+    function of (seed, epoch, example id, position) (`RandomSource`).
 
     Input features: dicts with `input_ids` (XLNet's layout `A <sep> B <sep> <cls>`, specials included) and optionally
     `token_type_ids` (0/1/2), `word_starts`, `special_tokens_mask`, and per-example scalars that are passed through
@@ -185,6 +202,7 @@ class DataCollatorForPermutationLM:
         if not features:
             raise BertologyError("cannot collate an empty list of features")
         batch = self.pad(features)
+        draws = self._random.draws(features)
         for key in DROPPED_KEYS:
             batch.pop(key, None)
         word_starts = batch.pop("word_starts", None)
@@ -199,9 +217,9 @@ class DataCollatorForPermutationLM:
             if self._word_start_table is None:
                 self._word_start_table = word_start_table(self.tokenizer)
             word_starts = self._word_start_table[input_ids]
-        targets = self.choose_targets(real, candidates, word_starts.bool())
+        targets = self.choose_targets(real, candidates, word_starts.bool(), draws)
         functional = real & self._is_functional[input_ids]
-        batch["perm_mask"] = self.permutation_mask(real, targets, functional)
+        batch["perm_mask"] = self.permutation_mask(real, targets, functional, draws)
         batch["target_mapping"], batch["labels"] = self.targets_to_rows(input_ids, targets)
         return batch
 
@@ -212,29 +230,33 @@ class DataCollatorForPermutationLM:
             count = count.clamp(max=self.num_predict)
         return torch.minimum(count, num_candidates)
 
-    def choose_targets(self, real: torch.Tensor, candidates: torch.Tensor, word_starts: torch.Tensor) -> torch.Tensor:
+    def choose_targets(
+        self, real: torch.Tensor, candidates: torch.Tensor, word_starts: torch.Tensor, draws: Draws | None = None
+    ) -> torch.Tensor:
         """`(B, L)` bool: the positions to predict (spans of whole words, exact count)."""
-        generator = self._random.generator()
+        draws = draws if draws is not None else Draws.fresh(len(real), self._random.generator())
         budget = self.budget(real.sum(1), candidates.sum(1))
         word_index, word_len = segment_words(candidates, word_starts)
         ratio = self.mask_alpha / self.mask_beta
-        span = sample_spans((word_len > 0).sum(1), word_len.shape[1], ratio, self.max_span_length, generator)
+        span = sample_spans((word_len > 0).sum(1), word_len.shape[1], ratio, self.max_span_length, draws)
         # keep whole spans, in a random order, while they fit the budget (as `num_predict` cuts the official walk)
         chosen = span >= 0  # (B, W)
         if chosen.any():
             safe = span.clamp(min=0)
             sizes = torch.zeros(span.shape[0], int(span.max()) + 1, dtype=torch.long)
             sizes.scatter_add_(1, safe, word_len * chosen)  # (B, S) tokens per span
-            order = torch.rand(sizes.shape, generator=generator).argsort(dim=1)  # (B, S) spans in random order
+            order = draws.uniform(SPAN_ORDER, sizes.shape[1]).argsort(dim=1)  # (B, S) spans in random order
             fits = sizes.gather(1, order).cumsum(1) <= budget[:, None]
             chosen &= torch.zeros_like(fits).scatter_(1, order, fits).gather(1, safe)
         # top up with random whole words (the official code tops up with random single tokens)
         missing = budget - (word_len * chosen).sum(1)
         if bool((missing > 0).any()):
-            chosen |= top_up_words(word_len, chosen, missing.clamp(min=0), generator)
+            chosen |= top_up_words(word_len, chosen, missing.clamp(min=0), draws)
         return candidates & chosen.gather(1, word_index.clamp(min=0))
 
-    def permutation_mask(self, real: torch.Tensor, targets: torch.Tensor, functional: torch.Tensor) -> torch.Tensor:
+    def permutation_mask(
+        self, real: torch.Tensor, targets: torch.Tensor, functional: torch.Tensor, draws: Draws | None = None
+    ) -> torch.Tensor:
         """`(B, L, L)` bool, True where i may not attend to j, from a random factorisation order.
 
         One comparison: `perm_mask[b, i, j] = key[j] >= query[i]`. Keys are integers: context tokens of group g
@@ -243,11 +265,11 @@ class DataCollatorForPermutationLM:
         `base(g) + 1` (all context up to its group), a target its own key (not itself), a functional token its key
         + 1 (itself too), padding `base(0) + 1` (attends to something harmless, so its state carries no target).
         """
-        generator = self._random.generator()
         batch, length = real.shape
+        draws = draws if draws is not None else Draws.fresh(batch, self._random.generator())
         perm_size = min(self.perm_size or length, length)
         # a random order of the slots, shared by the blocks (`_local_perm`); numpy sorts ~5x faster than torch
-        slot_order = np.argsort(torch.rand(batch, perm_size, generator=generator).numpy(), axis=1)
+        slot_order = np.argsort(draws.uniform(FACTORISATION, perm_size).numpy(), axis=1)
         slot_rank = np.empty_like(slot_order)
         np.put_along_axis(slot_rank, slot_order, np.arange(perm_size)[None, :], axis=1)  # (B, perm_size)
         # (B, L) integer work in numpy: a few dozen small torch ops cost more in dispatch than in compute here

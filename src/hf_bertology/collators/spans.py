@@ -29,12 +29,24 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from ..utils import BertologyError
-from .base import RandomSource, non_special_vocab, pad_features, require_tokens, special_ids, word_start_table
+from .base import (
+    Draws,
+    ExampleSeeded,
+    RandomSource,
+    non_special_vocab,
+    pad_features,
+    require_tokens,
+    special_ids,
+    word_start_table,
+)
 
 SCHEMES = ("spanbert", "albert")
 DISTRIBUTIONS = ("geometric", "ngram")
 # Spans tried per row per vectorised round; later spans of a round are checked against earlier ones in order.
 ANCHORS_PER_ROUND = 6
+# Streams of `Draws`. A span's length is drawn for its anchor position (each position is an anchor at most once), so
+# a row's spans do not depend on how many anchors a round tries or on the other rows.
+ANCHOR_ORDER, TREATMENT, REPLACEMENT, SPAN_LENGTH = 1, 2, 3, 4
 
 
 def span_length_distribution(kind: str, lower: int = 1, upper: int = 10, p: float = 0.2) -> torch.Tensor:
@@ -65,7 +77,7 @@ def _first_at_or_after(flags: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass
-class DataCollatorForSpanMasking:
+class DataCollatorForSpanMasking(ExampleSeeded):
     """Pads features and masks whole-word spans: SpanBERT's geometric spans or ALBERT's n-grams.
 
     Expected statistics (tests/test_span_collator.py checks them):
@@ -76,8 +88,12 @@ class DataCollatorForSpanMasking:
       the budget `round(0.15 * tokens)`; 80/10/10 per token.
     Special tokens and padding are never masked; a span never crosses a special token. Random replacements are
     uniform over the non-special vocabulary, or (`random_token_distribution="unigram"`) follow the corpus unigram
-    distribution: `token_frequencies` if given, else a uniform draw among the batch's own real tokens (a sample of
-    the corpus token stream, as SpanBERT draws from its token list).
+    distribution: `token_frequencies` if given, else a uniform draw among the row's own real tokens (a sample of
+    the corpus token stream, as SpanBERT draws from its token list; the row's, so that an example's masks do not
+    depend on its batch).
+
+    Randomness (`RandomSource`): features with an `example_id` are masked as a pure function of (seed, epoch,
+    example id, position); features without one get new draws on every call.
 
     With `sbo_max_targets` (SpanBERT's span boundary objective), each merged span `(s, e)` whose outside neighbours
     `s-1` and `e+1` are real non-special tokens gives targets for its first `sbo_max_targets` tokens:
@@ -144,6 +160,8 @@ class DataCollatorForSpanMasking:
             if weights.numel() != len(self.tokenizer) or weights.sum() <= 0:
                 raise BertologyError("token_frequencies needs one non-negative count per vocabulary id")
             self.token_frequencies = weights
+            cdf = weights.cumsum(0)
+            self._frequency_cdf = cdf / cdf[-1]  # inverse-CDF sampling: one uniform per position
         self._word_start_table: torch.Tensor | None = None
 
     @classmethod
@@ -173,6 +191,7 @@ class DataCollatorForSpanMasking:
     # -- the batch -------------------------------------------------------------------------------------------
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         batch = pad_features(features, self.tokenizer.pad_token_id, self.pad_to_multiple_of)
+        draws = self._random.draws(features)
         word_starts = batch.pop("word_starts", None)
         special_mask = batch.pop("special_tokens_mask", None)
         input_ids, attention = batch["input_ids"], batch["attention_mask"].bool()
@@ -183,12 +202,12 @@ class DataCollatorForSpanMasking:
             if self._word_start_table is None:
                 self._word_start_table = word_start_table(self.tokenizer)
             word_starts = self._word_start_table[input_ids]
-        masked, _ = self.sample_spans(attention, candidates, word_starts.bool())
+        masked, _ = self.sample_spans(attention, candidates, word_starts.bool(), draws=draws)
         run_start = self.span_starts(masked)
         batch["labels"] = torch.where(masked, input_ids, -100)
         if self.sbo_max_targets is not None:
             batch.update(self.sbo_targets(input_ids, masked, candidates, run_start))
-        batch["input_ids"] = self.corrupt(input_ids, masked, run_start, candidates)
+        batch["input_ids"] = self.corrupt(input_ids, masked, run_start, candidates, draws)
         return batch
 
     def budget(self, attention: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
@@ -203,10 +222,10 @@ class DataCollatorForSpanMasking:
             count = count.clamp(max=self.max_predictions_per_seq)
         return torch.minimum(count, num_candidates)
 
-    def sample_lengths(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
-        """`(n,)` span lengths in words drawn from `length_probs`."""
-        draws = torch.rand(n, generator=generator)
-        return torch.searchsorted(self._length_cdf, draws).clamp(max=len(self._length_cdf) - 1) + self.span_lower
+    def sample_lengths(self, draws: Draws, anchors: torch.Tensor) -> torch.Tensor:
+        """`(B, K)` span lengths in words drawn from `length_probs`, one for each anchor position `(B, K)`."""
+        uniform = draws.uniform(SPAN_LENGTH, anchors).contiguous()
+        return torch.searchsorted(self._length_cdf, uniform).clamp(max=len(self._length_cdf) - 1) + self.span_lower
 
     def sample_spans(
         self,
@@ -214,6 +233,7 @@ class DataCollatorForSpanMasking:
         candidates: torch.Tensor,
         word_starts: torch.Tensor,
         return_spans: bool = False,
+        draws: Draws | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Choose the spans: the `(B, L)` bool mask, and with `return_spans` the placed spans as a `(N, 4)` long
         tensor of `(row, start, end_exclusive, drawn_length_in_words)` in placement order (before merging).
@@ -221,8 +241,8 @@ class DataCollatorForSpanMasking:
         One span per row per round. Rows that are done leave the working set once it has halved, so the long tail
         of rows that need many short spans costs little.
         """
-        generator = self._random.generator()
         batch, length = candidates.shape
+        draws = draws if draws is not None else Draws.fresh(batch, self._random.generator())
         positions = torch.arange(length)
         # Words never continue across a special token or padding; those tokens are one-token "words" of their own.
         starts = word_starts | ~candidates
@@ -234,6 +254,7 @@ class DataCollatorForSpanMasking:
         word_start_pos[:, length] = length
         state = {
             "rows": torch.arange(batch),
+            "keys": draws.keys,
             "remaining": self.budget(attention, candidates),
             "masked": torch.zeros(batch, length, dtype=torch.bool),
             "word_id": word_id,
@@ -241,7 +262,7 @@ class DataCollatorForSpanMasking:
             "segment_end": _first_at_or_after(~candidates),  # (B, L): end of the maskable stretch of each token
         }
         # A uniform random order of anchors per row; 2.0 marks tokens that can no longer be an anchor.
-        scores = torch.rand(batch, length, generator=generator)
+        scores = draws.uniform(ANCHOR_ORDER, length)  # float64: no ties, whatever the padded length
         if self.scheme == "spanbert":
             state["scores"] = scores.masked_fill_(~candidates, 2.0)
         else:
@@ -251,7 +272,7 @@ class DataCollatorForSpanMasking:
         spans: list[torch.Tensor] = []
         step = self._spanbert_step if self.scheme == "spanbert" else self._albert_step
         while True:
-            active = step(state, positions, generator, spans if return_spans else None)
+            active = step(state, positions, spans if return_spans else None)
             if not active.any():
                 break
             if int(active.sum()) * 2 <= len(active):  # shrink the working set to the rows still masking
@@ -261,14 +282,14 @@ class DataCollatorForSpanMasking:
         spans_tensor = (torch.cat(spans) if spans else torch.zeros(0, 4, dtype=torch.long)) if return_spans else None
         return masked_out, spans_tensor
 
-    def _spanbert_step(self, state, positions, generator, spans) -> torch.Tensor:
+    def _spanbert_step(self, state, positions, spans) -> torch.Tensor:
         """Place up to `ANCHORS_PER_ROUND` SpanBERT spans in every row that still has budget, exactly as the
         official loop would one after the other; returns the rows that can go on."""
         scores, masked, remaining = state["scores"], state["masked"], state["remaining"]
         batch, length = masked.shape
         k = min(ANCHORS_PER_ROUND, length)
         best, anchor = scores.topk(k, 1, largest=False)  # (B, K): the next unmasked tokens in the random order
-        n = self.sample_lengths(batch * k, generator).view(batch, k)
+        n = self.sample_lengths(Draws(state["keys"]), anchor)  # (B, K)
         word = state["word_id"].gather(1, anchor)
         start = state["word_start_pos"].gather(1, word)
         stop = state["segment_end"].gather(1, start)  # a span ends at the next special token or padding
@@ -301,7 +322,7 @@ class DataCollatorForSpanMasking:
         remaining -= taken.sum(1)
         return (remaining > 0) & (best[:, -1] < 2.0)
 
-    def _albert_step(self, state, positions, generator, spans) -> torch.Tensor:
+    def _albert_step(self, state, positions, spans) -> torch.Tensor:
         """Try the next `ANCHORS_PER_ROUND` word starts of every row that still has budget, one after the other as
         the official loop does; returns the rows that can go on."""
         scores, masked, remaining = state["scores"], state["masked"], state["remaining"]
@@ -311,7 +332,7 @@ class DataCollatorForSpanMasking:
         scores.masked_fill_(masked | (state["word_len"] > remaining[:, None]), 2.0)
         best, anchor = scores.topk(k, 1, largest=False)
         scores.scatter_(1, anchor, 2.0)  # each word start is tried once
-        n = self.sample_lengths(batch * k, generator).view(batch, k)
+        n = self.sample_lengths(Draws(state["keys"]), anchor)  # (B, K)
         word = state["word_id"].gather(1, anchor)
         start = state["word_start_pos"].gather(1, word)  # (B, K)
         stop = state["segment_end"].gather(1, start)
@@ -370,11 +391,16 @@ class DataCollatorForSpanMasking:
         }
 
     def corrupt(
-        self, input_ids: torch.Tensor, masked: torch.Tensor, run_start: torch.Tensor, candidates: torch.Tensor
+        self,
+        input_ids: torch.Tensor,
+        masked: torch.Tensor,
+        run_start: torch.Tensor,
+        candidates: torch.Tensor,
+        draws: Draws | None = None,
     ) -> torch.Tensor:
         """[MASK] / random tokens / unchanged, decided per merged span or per token."""
-        generator = self._random.generator()
-        draw = torch.rand(input_ids.shape, generator=generator)
+        draws = draws if draws is not None else Draws.fresh(len(input_ids), self._random.generator())
+        draw = draws.uniform(TREATMENT, input_ids.shape[1])
         if self.replacement_level == "span":
             draw = draw.gather(1, run_start)  # every token of a span shares its first token's draw
         to_mask = masked & (draw < self.mask_replace_prob)
@@ -382,23 +408,25 @@ class DataCollatorForSpanMasking:
             masked & (draw >= self.mask_replace_prob) & (draw < self.mask_replace_prob + self.random_replace_prob)
         )
         corrupted = input_ids.masked_fill(to_mask, self.tokenizer.mask_token_id)
-        n_random = int(to_random.sum())
-        if n_random:
-            corrupted[to_random] = self.random_tokens(n_random, input_ids, candidates, generator)
+        if bool(to_random.any()):
+            corrupted[to_random] = self.random_tokens(input_ids, candidates, draws)[to_random]
         return corrupted
 
-    def random_tokens(
-        self, n: int, input_ids: torch.Tensor, candidates: torch.Tensor, generator: torch.Generator | None
-    ) -> torch.Tensor:
-        """`(n,)` replacement ids: uniform non-special, or unigram (given frequencies, else the batch's tokens)."""
+    def random_tokens(self, input_ids: torch.Tensor, candidates: torch.Tensor, draws: Draws) -> torch.Tensor:
+        """`(B, L)` a replacement id for every position: uniform non-special, or unigram (given frequencies, else
+        a uniform pick among the row's own real tokens)."""
+        uniform = draws.uniform(REPLACEMENT, input_ids.shape[1])  # (B, L)
+        uniform_pick = self._replacements[(uniform * len(self._replacements)).long()]
         if self.random_token_distribution == "uniform":
-            return self._replacements[torch.randint(len(self._replacements), (n,), generator=generator)]
+            return uniform_pick
         if self.token_frequencies is not None:
-            return torch.multinomial(self.token_frequencies, n, replacement=True, generator=generator)
-        pool = input_ids[candidates]
-        if pool.numel() == 0:
-            return self._replacements[torch.randint(len(self._replacements), (n,), generator=generator)]
-        return pool[torch.randint(pool.numel(), (n,), generator=generator)]
+            picks = torch.searchsorted(self._frequency_cdf, uniform.contiguous(), right=True)
+            return picks.clamp(max=len(self._frequency_cdf) - 1)
+        # the row's candidates, in order, first: pick the k-th with k uniform below the row's count
+        count = candidates.sum(1, keepdim=True)  # (B, 1)
+        pool = (~candidates).long().argsort(dim=1, stable=True)  # (B, L) candidate positions first
+        own = input_ids.gather(1, pool.gather(1, (uniform * count).long().clamp(max=input_ids.shape[1] - 1)))
+        return torch.where(count > 0, own, uniform_pick)
 
 
 def mean_span_length(kind: str, lower: int = 1, upper: int = 10, p: float = 0.2) -> float:

@@ -13,17 +13,24 @@ Two things the stock Trainer does not do for pretraining objectives:
    next to `eval_loss` as `eval_<name>`. A metric a batch leaves undefined (NaN: ELECTRA's `disc_precision` when
    nothing is predicted replaced) is averaged over the batches that define it.
 
-And two things for long runs that are killed and resumed:
+And three things for long runs that are killed and resumed:
 
-3. **Exact resumption.** Our collators draw masks from torch's global RNG, which the Trainer saves in
+3. **Masks from (seed, epoch, example).** Every map-style dataset the Trainer loads is wrapped in `ExampleIds`, so
+   each feature carries its dataset index as `example_id`; the collator keys its random draws by
+   `(TrainingArguments.data_seed or seed, epoch, example_id, position)` (`collators.base.RandomSource`) and drops
+   the id. We give the collator the seed once and the epoch at every epoch start, before the dataloader starts its
+   workers. So an example's masks do not depend on the batch size, the dataloader workers, the number of processes
+   or an interruption: a resumed run masks exactly as the uninterrupted one did, with or without workers.
+4. **Exact resumption of the rest.** The model's own draws (dropout, ELECTRA's sampling) and the masks of
+   features without ids (a streaming dataset) come from torch's global RNG, which the Trainer saves in
    `rng_state.pth`. But the dataloader collates a batch ahead (accelerate's `DataLoaderShard` prefetches one), so at
-   a checkpoint the next batch was already masked with an RNG state no checkpoint holds, and when resuming
+   a checkpoint the next batch was already collated with an RNG state no checkpoint holds, and when resuming
    mid-epoch the Trainer restores `rng_state.pth` only after collating again. We record the RNG state before each
    collation, save the states of batches collated but not trained on (`collator_rng_state.pth`), and on resuming
    replay them: those batches get their original masks, then the checkpoint's state is restored (python, numpy,
-   torch) before the next collation, exactly where the uninterrupted run stood. With `dataloader_num_workers=0`;
-   worker processes hold RNG states of their own that no checkpoint saves.
-4. **Complete checkpoints are marked.** The stock Trainer writes `checkpoint-N` file by
+   torch) before the next collation, exactly where the uninterrupted run stood. (Without ids this holds with
+   `dataloader_num_workers=0` only: worker processes hold RNG states of their own that no checkpoint saves.)
+5. **Complete checkpoints are marked.** The stock Trainer writes `checkpoint-N` file by
 file; a run killed in the middle leaves a folder that `get_last_checkpoint` picks and resuming fails on. Once every
 process has written its part, we add `checkpoint-N/COMPLETE_MARKER`; `last_complete_checkpoint` (what
 `--resume_from_checkpoint last` uses) skips folders without it.
@@ -38,9 +45,13 @@ from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
 
+import datasets
 import torch
 from transformers import Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from ..collators.base import EXAMPLE_ID
+from ..utils import logger
 
 COMPLETE_MARKER = "checkpoint_complete.json"
 _CHECKPOINT = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
@@ -80,6 +91,32 @@ def last_complete_checkpoint(output_dir: str | os.PathLike) -> Path | None:
     return complete[-1] if complete else None
 
 
+class ExampleIds(torch.utils.data.Dataset):
+    """`dataset` whose examples carry their index as `example_id` (an example that has one keeps it)."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> dict:
+        return {EXAMPLE_ID: int(index), **self.dataset[index]}
+
+    def __getitems__(self, indices: list[int]) -> list[dict]:
+        # `datasets.Dataset` reads a whole batch in one Arrow call (the DataLoader uses it when it is there)
+        getitems = getattr(self.dataset, "__getitems__", None)
+        rows = getitems(indices) if getitems is not None else [self.dataset[i] for i in indices]
+        return [{EXAMPLE_ID: int(i), **row} for i, row in zip(indices, rows)]
+
+
+def is_map_style(dataset) -> bool:
+    """A dataset read by index (not a stream): its index is a stable example id."""
+    if isinstance(dataset, datasets.IterableDataset | torch.utils.data.IterableDataset):
+        return False
+    return hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")
+
+
 class RngRecordingCollator:
     """Wraps a collator: records torch's RNG state before each call (the last few), and can replay states
     (`replay`: callables run one before each call) so that batches collated before a checkpoint are collated
@@ -117,6 +154,13 @@ class BertologyTrainer(Trainer):
         self._replaying = False  # resuming mid-epoch: the collator restores the RNG, the Trainer must not again
         # The training dataloader's collator, wrapped (evaluation batches must not count).
         self._recorder = RngRecordingCollator(self.data_collator) if self.data_collator is not None else None
+        if hasattr(self.data_collator, "set_run_seed"):  # masks keyed by (seed, epoch, example id)
+            self.data_collator.set_run_seed(self.args.data_seed if self.args.data_seed is not None else self.args.seed)
+            if self.args.dataloader_persistent_workers and self.args.dataloader_num_workers > 0:
+                logger.warning(
+                    "--dataloader_persistent_workers keeps the collator of the first epoch in the workers: every epoch "
+                    "would see the masks of the first; leave it off for new masks each epoch"
+                )
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
         if resume_from_checkpoint is True:  # the newest *complete* checkpoint, not merely the newest folder
@@ -150,7 +194,27 @@ class BertologyTrainer(Trainer):
             counts = self.accelerator.gather(counts[None]).sum(0)
         return dict(zip(keys, counts))
 
-    # -- 3. exact resumption ---------------------------------------------------------------------------------
+    # -- 3. masks from (seed, epoch, example) ----------------------------------------------------------------
+    def _get_dataloader(self, dataset, description, batch_size, sampler_fn=None, **kwargs):
+        if is_map_style(dataset):
+            inner, sampler = dataset, sampler_fn
+            dataset = ExampleIds(dataset)
+            if sampler is not None:  # the sampler sees the dataset itself (its columns, its class)
+                sampler_fn = lambda _: sampler(inner)  # noqa: E731
+        return super()._get_dataloader(dataset, description, batch_size, sampler_fn=sampler_fn, **kwargs)
+
+    def _run_epoch(self, *args, **kwargs):
+        epoch = kwargs.get("epoch")
+        if epoch is not None and hasattr(self.data_collator, "set_epoch"):
+            self.data_collator.set_epoch(epoch)  # before the epoch's dataloader iterator starts its workers
+        return super()._run_epoch(*args, **kwargs)
+
+    def _set_signature_columns_if_needed(self):
+        super()._set_signature_columns_if_needed()
+        if EXAMPLE_ID not in self._signature_columns:  # with remove_unused_columns=True the collator still needs it
+            self._signature_columns = [*self._signature_columns, EXAMPLE_ID]
+
+    # -- 4. exact resumption ---------------------------------------------------------------------------------
     def _arm_replay(self, checkpoint: str) -> None:
         state_file = Path(checkpoint) / f"collator_rng_state_{self.args.process_index}.pth"
         pending = torch.load(state_file, weights_only=True) if state_file.is_file() else []
@@ -190,7 +254,7 @@ class BertologyTrainer(Trainer):
         pending = list(collator.history)[-ahead:] if 0 < ahead <= len(collator.history) else []
         torch.save(pending, folder / f"collator_rng_state_{self.args.process_index}.pth")
 
-    # -- 4. complete checkpoints are marked -----------------------------------------------------------------
+    # -- 5. complete checkpoints are marked -----------------------------------------------------------------
     def _save_checkpoint(self, model, trial) -> None:
         super()._save_checkpoint(model, trial)
         folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, SequentialSampler
 
+from ..collators.base import EXAMPLE_ID
 from ..utils import BertologyError, logger
 from .trainer import BertologyTrainer
 
@@ -57,7 +58,9 @@ class StreamBatches(Dataset):
         return len(self.index)
 
     def __getitem__(self, position: int) -> dict[str, Any]:
-        example = dict(self.dataset[int(self.index[position])])
+        index = int(self.index[position])
+        # the id of the example itself (not of its slot), so its masks do not depend on the batch layout
+        example = {EXAMPLE_ID: index, **self.dataset[index]}
         example["new_stream"] = int(position < self.num_streams)
         return example
 
