@@ -8,9 +8,10 @@ collator = recipe.build_collator(tokenizer)
 """
 
 from .collators import DataCollatorForMaskedLM, DataCollatorForPermutationLM, DataCollatorForSpanMasking
-from .export import export_electra
+from .export import export_deberta_v3, export_electra
 from .models.albert import BertologyAlbertConfig, BertologyAlbertForPreTraining
 from .models.bert import BertologyBertConfig, BertologyBertForPreTraining
+from .models.deberta_v3 import BertologyDebertaV3Config, BertologyDebertaV3ForPreTraining
 from .models.electra import BertologyElectraConfig, BertologyElectraForPreTraining
 from .models.roberta import BertologyRobertaConfig, BertologyRobertaForPreTraining
 from .models.spanbert import BertologySpanBertConfig, BertologySpanBertForPreTraining
@@ -27,6 +28,8 @@ __all__ = [
     "BertologyAlbertForPreTraining",
     "BertologyBertConfig",
     "BertologyBertForPreTraining",
+    "BertologyDebertaV3Config",
+    "BertologyDebertaV3ForPreTraining",
     "BertologyElectraConfig",
     "BertologyElectraForPreTraining",
     "BertologyError",
@@ -40,6 +43,7 @@ __all__ = [
     "BertologyXLNetForPreTraining",
     "DataCollatorForPermutationLM",
     "Recipe",
+    "export_deberta_v3",
     "export_electra",
     "get_recipe",
     "list_recipes",
