@@ -13,6 +13,7 @@ from .models.albert import BertologyAlbertConfig, BertologyAlbertForPreTraining
 from .models.bert import BertologyBertConfig, BertologyBertForPreTraining
 from .models.deberta_v3 import BertologyDebertaV3Config, BertologyDebertaV3ForPreTraining
 from .models.electra import BertologyElectraConfig, BertologyElectraForPreTraining
+from .models.modernbert import BertologyModernBertConfig, BertologyModernBertForPreTraining
 from .models.roberta import BertologyRobertaConfig, BertologyRobertaForPreTraining
 from .models.spanbert import BertologySpanBertConfig, BertologySpanBertForPreTraining
 from .models.xlnet import BertologyXLNetConfig, BertologyXLNetForPreTraining
@@ -33,6 +34,8 @@ __all__ = [
     "BertologyElectraConfig",
     "BertologyElectraForPreTraining",
     "BertologyError",
+    "BertologyModernBertConfig",
+    "BertologyModernBertForPreTraining",
     "BertologyRobertaConfig",
     "BertologyRobertaForPreTraining",
     "BertologySpanBertConfig",

@@ -76,9 +76,8 @@ class BertologyDebertaV3Config(DebertaV2Config):
         discriminator_weight (`float`, defaults to 50.0):
             λ of the RTD loss (paper, after ELECTRA; the released `rtd_task.py` defaults `--rtd_lambda` to 10).
         sampling_temperature (`float`, defaults to 1.0): temperature of the generator's softmax when sampling.
-        input_format (`str`, defaults to `"full_sentences"`):
-            Blocks of contiguous text crossing documents (`prepare_data.py` cuts the concatenated corpus every 510
-            tokens; here blocks end at sentence boundaries).
+        input_format (`str`, defaults to `"token_stream"`):
+            `prepare_data.py`: the concatenated corpus cut every `max_seq_length - 2` tokens, `[CLS] ... [SEP]`.
     """
 
     def __init__(
@@ -93,7 +92,7 @@ class BertologyDebertaV3Config(DebertaV2Config):
         generator_weight: float = 1.0,
         discriminator_weight: float = 50.0,
         sampling_temperature: float = 1.0,
-        input_format: str = "full_sentences",
+        input_format: str = "token_stream",
         **kwargs,
     ):
         embedding_sharing = embedding_sharing.lower()
