@@ -8,10 +8,12 @@ collator = recipe.build_collator(tokenizer)
 """
 
 from .collators import DataCollatorForMaskedLM, DataCollatorForPermutationLM, DataCollatorForSpanMasking
-from .export import export_electra
+from .export import export_deberta_v3, export_electra
 from .models.albert import BertologyAlbertConfig, BertologyAlbertForPreTraining
 from .models.bert import BertologyBertConfig, BertologyBertForPreTraining
+from .models.deberta_v3 import BertologyDebertaV3Config, BertologyDebertaV3ForPreTraining
 from .models.electra import BertologyElectraConfig, BertologyElectraForPreTraining
+from .models.modernbert import BertologyModernBertConfig, BertologyModernBertForPreTraining
 from .models.roberta import BertologyRobertaConfig, BertologyRobertaForPreTraining
 from .models.spanbert import BertologySpanBertConfig, BertologySpanBertForPreTraining
 from .models.xlnet import BertologyXLNetConfig, BertologyXLNetForPreTraining
@@ -27,9 +29,13 @@ __all__ = [
     "BertologyAlbertForPreTraining",
     "BertologyBertConfig",
     "BertologyBertForPreTraining",
+    "BertologyDebertaV3Config",
+    "BertologyDebertaV3ForPreTraining",
     "BertologyElectraConfig",
     "BertologyElectraForPreTraining",
     "BertologyError",
+    "BertologyModernBertConfig",
+    "BertologyModernBertForPreTraining",
     "BertologyRobertaConfig",
     "BertologyRobertaForPreTraining",
     "BertologySpanBertConfig",
@@ -40,6 +46,7 @@ __all__ = [
     "BertologyXLNetForPreTraining",
     "DataCollatorForPermutationLM",
     "Recipe",
+    "export_deberta_v3",
     "export_electra",
     "get_recipe",
     "list_recipes",

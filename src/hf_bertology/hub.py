@@ -72,6 +72,9 @@ OBJECTIVES = {
     "factorisation order; memory of the previous segment",
     "electra": "replaced-token detection: generator MLM (exact count, 85% [MASK] / 15% kept) + 50 x discriminator "
     "BCE over all tokens on Gumbel-sampled replacements, shared embeddings",
+    "deberta-v3": "replaced-token detection (DeBERTa-v3): half-depth generator MLM (exact count, all [MASK]) + 50 x "
+    "discriminator BCE over all tokens, gradient-disentangled embedding sharing (or ES/NES, see the recipe)",
+    "modernbert": "masked LM with 30% dynamic masking (80/10/10), packed blocks without padding, sparse prediction",
 }
 
 

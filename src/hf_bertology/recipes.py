@@ -25,7 +25,9 @@ from .collators import DataCollatorForMaskedLM, DataCollatorForPermutationLM, Da
 from .data.vocab import train_tokenizer
 from .models.albert import BertologyAlbertConfig, BertologyAlbertForPreTraining
 from .models.bert import BertologyBertConfig, BertologyBertForPreTraining
+from .models.deberta_v3 import BertologyDebertaV3Config, BertologyDebertaV3ForPreTraining
 from .models.electra import BertologyElectraConfig, BertologyElectraForPreTraining
+from .models.modernbert import BertologyModernBertConfig, BertologyModernBertForPreTraining
 from .models.roberta import BertologyRobertaConfig, BertologyRobertaForPreTraining
 from .models.spanbert import BertologySpanBertConfig, BertologySpanBertForPreTraining
 from .models.xlnet import BertologyXLNetConfig, BertologyXLNetForPreTraining
@@ -114,6 +116,27 @@ VARIANTS: dict[str, Variant] = {
         DataCollatorForMaskedLM,
         "wordpiece",
         prediction_cap=("max_predictions_per_seq", lambda c, n: electra_max_predictions(c.mlm_probability, n)),
+    ),
+    # Plain transformers loads the discriminator (DebertaV2Model, ...ForSequenceClassification); `bertology export
+    # --deberta_v3_part generator` writes the generator as a DebertaV2ForMaskedLM.
+    "deberta-v3": Variant(
+        "deberta-v3",
+        BertologyDebertaV3Config,
+        BertologyDebertaV3ForPreTraining,
+        DataCollatorForMaskedLM,
+        "unigram",
+        tokenizer_class="DebertaV2Tokenizer",
+        plain_auto_class="AutoModel",
+        padding_free=False,  # disentangled attention is DeBERTa's own code, not an AttentionInterface call
+    ),
+    "modernbert": Variant(
+        "modernbert",
+        BertologyModernBertConfig,
+        BertologyModernBertForPreTraining,
+        DataCollatorForMaskedLM,
+        "bpe",
+        plain_auto_class="AutoModelForMaskedLM",
+        padding_free=False,  # its token stream has no padding to remove (full blocks), and it unpads on its own
     ),
 }
 
@@ -357,6 +380,104 @@ PRESETS: dict[str, dict[str, Any]] = {
         ELECTRA_TRAINING,
     ),
 }
+
+
+# DeBERTa-v3: microsoft/DeBERTa experiments/language_model (rtd.sh, rtd_*.json, DeBERTa/optims/args.py): Adam
+# β (0.9, 0.999), ε 1e-6, wd 0.01, clip 1.0, linear warmup (10k steps) then linear decay (`warmup_linear`), 1M steps
+# at length 512; lr 1e-4 at batch 256 (base, large; small has no from-scratch entry and takes base's), 3e-4 at batch
+# 64 (xsmall). Loss MLM + 50 RTD (paper). Sizes: heads of 64, FFN 4H; generator = half the depth, same width.
+DEBERTA_V3_TRAINING = {
+    "adam_beta1": 0.9,
+    "adam_beta2": 0.999,
+    "adam_epsilon": 1e-6,
+    "weight_decay": 0.01,
+    "warmup_steps": 10_000,
+    "max_steps": 1_000_000,
+    "lr_scheduler_type": "linear",
+    "max_grad_norm": 1.0,
+}
+DEBERTA_V3_SIZES = {
+    "xsmall": {"num_hidden_layers": 12, "hidden_size": 384, "num_attention_heads": 6, "intermediate_size": 1536},
+    "small": {"num_hidden_layers": 6, "hidden_size": 768, "num_attention_heads": 12, "intermediate_size": 3072},
+}
+# The official SentencePiece ids: [PAD] 0, [CLS] 1, [SEP] 2, [UNK] 3 ([MASK] is 4 here; officially 128000, the end).
+DEBERTA_V3_TOKENIZER = {"vocab": [(token, 0.0) for token in ("[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]")]}
+
+
+def deberta_max_predictions(mask_prob: float, max_seq_length: int) -> int:
+    """`ceil(max_seq_len * mask_lm_prob / 10) * 10` (NGramMaskGenerator): 80 @512, 20 @128, 10 @64."""
+    return math.ceil(max_seq_length * mask_prob / 10) * 10
+
+
+def _deberta_v3_preset(size: str, lr: float | None = None, batch: int | None = None) -> dict:
+    """A DeBERTa-v3 preset: the official sizes (xsmall, small) or the shared ones (base, large, mini, tiny)."""
+    base_size = size if size in SIZES else "base"
+    seq_len = SMALL_DATA[size]["max_seq_length"] if size in SMALL_DATA else 512
+    config = {**DEBERTA_V3_SIZES.get(size, {}), "max_predictions_per_seq": deberta_max_predictions(0.15, seq_len)}
+    training = {**DEBERTA_V3_TRAINING, "learning_rate": lr, "per_device_train_batch_size": batch}
+    data = {} if size in SMALL_DATA else {"vocab_size": 128100, "max_seq_length": 512}
+    preset = _preset("deberta-v3", base_size, None, {k: v for k, v in training.items() if v is not None}, **data)
+    preset["config"] = {**preset["config"], **config}
+    return {**preset, "tokenizer": DEBERTA_V3_TOKENIZER}
+
+
+PRESETS.update(
+    {
+        "deberta-v3-xsmall": _deberta_v3_preset("xsmall", lr=3e-4, batch=64),
+        "deberta-v3-small": _deberta_v3_preset("small", lr=1e-4, batch=256),
+        "deberta-v3-base": _deberta_v3_preset("base", lr=1e-4, batch=256),
+        "deberta-v3-large": _deberta_v3_preset("large", lr=1e-4, batch=256),
+        "deberta-v3-mini": _deberta_v3_preset("mini"),
+        "deberta-v3-tiny": _deberta_v3_preset("tiny"),
+    }
+)
+
+# ModernBERT: Warner et al. 2024 §2 (sizes: base L22/H768/GLU 2x1152/12 heads, large L28/H1024/GLU 2x2624/16 heads;
+# lr 8e-4 / 5e-4 after a 3B / 2B-token warmup, then constant (trapezoidal) for 1.7T tokens at length 1024; decoupled
+# weight decay 1e-5, β (0.9, 0.98), ε 1e-6). StableAdamW (Adam + Adafactor-style per-tensor update clipping) is not in
+# torch: the Trainer's AdamW runs with global gradient-norm clipping 1.0 in its place. The schedule is transformers'
+# warmup-stable-decay with a 1-sqrt decay over the last 10% of the steps. Batch 4,608 x 1,024 tokens (base): the
+# warmup is 3e9 / (4608 * 1024) ~ 636 steps and the 1.7T tokens ~ 360k steps (large: 2e9 tokens ~ 424 steps).
+MODERNBERT_TRAINING = {
+    "adam_beta1": 0.9,
+    "adam_beta2": 0.98,
+    "adam_epsilon": 1e-6,
+    "weight_decay": 1e-5,
+    "max_grad_norm": 1.0,
+    "lr_scheduler_type": "warmup_stable_decay",
+}
+MODERNBERT_SIZES = {
+    "base": {"num_hidden_layers": 22, "hidden_size": 768, "num_attention_heads": 12, "intermediate_size": 1152},
+    "large": {"num_hidden_layers": 28, "hidden_size": 1024, "num_attention_heads": 16, "intermediate_size": 2624},
+}
+# ModernBERT's tokenizer family: byte-level BPE (OLMo's, GPT-NeoX style) with BERT's [CLS]/[SEP]/[MASK] specials.
+MODERNBERT_TOKENIZER = {
+    "vocab": {"[CLS]": 0, "[PAD]": 1, "[SEP]": 2, "[UNK]": 3, "[MASK]": 4},
+    **{f"{name}_token": f"[{token}]" for name, token in [("bos", "CLS"), ("eos", "SEP"), ("cls", "CLS")]},
+    **{f"{name}_token": f"[{token}]" for name, token in [("sep", "SEP"), ("pad", "PAD"), ("unk", "UNK")]},
+    "mask_token": "[MASK]",
+}
+
+
+def _modernbert_preset(size: str, lr: float | None = None, batch: int | None = None, warmup: int = 0) -> dict:
+    steps = {"mini": 2000, "tiny": 10}.get(size, 360_000)
+    training = {**MODERNBERT_TRAINING, "lr_scheduler_kwargs": {"num_decay_steps": steps // 10, "decay_type": "1-sqrt"}}
+    if size not in SMALL_DATA:
+        training.update(learning_rate=lr, per_device_train_batch_size=batch, warmup_steps=warmup, max_steps=steps)
+    data = {} if size in SMALL_DATA else {"vocab_size": 50368, "max_seq_length": 1024}
+    preset = _preset("modernbert", size if size in SIZES else "base", None, training, **data)
+    preset["config"] = {**preset["config"], **MODERNBERT_SIZES.get(size, {})}
+    return {**preset, "tokenizer": MODERNBERT_TOKENIZER}
+
+
+PRESETS.update(
+    {
+        "modernbert-base": _modernbert_preset("base", lr=8e-4, batch=4608, warmup=636),
+        "modernbert-large": _modernbert_preset("large", lr=5e-4, batch=4608, warmup=424),
+        "modernbert-mini": _modernbert_preset("mini"),
+        "modernbert-tiny": _modernbert_preset("tiny"),
+    }
+)
 
 
 @dataclass

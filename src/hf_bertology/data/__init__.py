@@ -17,7 +17,7 @@ from transformers import PreTrainedTokenizerBase
 
 from ..utils import BertologyError
 from .corpus import expand_paths, load_corpus, read_documents, split_sentences
-from .packing import pack_sentences
+from .packing import pack_sentences, pack_tokens
 from .pairs import build_nsp_pairs, build_sop_pairs
 from .segments import build_electra_segments
 from .tokenize import tokenize_corpus
@@ -31,6 +31,10 @@ def _full_sentences(tokenized, tokenizer, config, max_seq_length, seed, num_proc
 
 def _doc_sentences(tokenized, tokenizer, config, max_seq_length, seed, num_proc):
     return pack_sentences(tokenized, tokenizer, max_seq_length, cross_documents=False, num_proc=num_proc)
+
+
+def _token_stream(tokenized, tokenizer, config, max_seq_length, seed, num_proc):
+    return pack_tokens(tokenized, tokenizer, max_seq_length, num_proc=num_proc)
 
 
 def _nsp_pairs(tokenized, tokenizer, config, max_seq_length, seed, num_proc):
@@ -74,6 +78,7 @@ INPUT_FORMATS: dict[str, Callable] = {
     "sop_pairs": _sop_pairs,
     "xlnet_segments": _xlnet_segments,
     "electra_segments": _electra_segments,
+    "token_stream": _token_stream,
 }
 
 
@@ -102,6 +107,7 @@ __all__ = [
     "expand_paths",
     "load_corpus",
     "pack_sentences",
+    "pack_tokens",
     "read_documents",
     "split_sentences",
     "tokenize_corpus",

@@ -94,3 +94,45 @@ def pack_sentences(
     if isinstance(tokenized, datasets.Dataset):
         kwargs.update(num_proc=num_proc, desc="FULL-SENTENCES" if cross_documents else "DOC-SENTENCES")
     return tokenized.map(pack_batch, **kwargs)
+
+
+def pack_token_batch(batch: dict[str, list], start_id: int, end_id: int, max_seq_length: int) -> dict[str, list]:
+    """One token stream (documents joined by an end token), cut every `max_seq_length - 2` tokens, even mid-sentence."""
+    capacity = max_seq_length - 2
+    ids: list[int] = []
+    starts: list[int] = []
+    for doc_ids, doc_starts in zip(batch["input_ids"], batch["word_starts"]):
+        if ids:
+            ids.append(end_id)  # the separator between documents
+            starts.append(1)
+        for sentence, sentence_starts in zip(doc_ids, doc_starts):
+            ids.extend(sentence)
+            starts.extend(sentence_starts)
+    blocks = range(0, len(ids), capacity)
+    return {
+        "input_ids": [[start_id, *ids[i : i + capacity], end_id] for i in blocks],
+        "word_starts": [[1, *starts[i : i + capacity], 1] for i in blocks],
+    }
+
+
+def pack_tokens(
+    tokenized: datasets.Dataset | datasets.IterableDataset,
+    tokenizer: PreTrainedTokenizerBase,
+    max_seq_length: int,
+    num_proc: int | None = None,
+) -> datasets.Dataset | datasets.IterableDataset:
+    """Full blocks of exactly `max_seq_length` tokens (the last of each 1,000-document batch may be short): sequence
+    packing without padding (ModernBERT), and DeBERTa's `prepare_data.py` (the corpus cut every 510 tokens)."""
+    if max_seq_length < 3:
+        raise BertologyError(f"max_seq_length must be at least 3, got {max_seq_length}")
+    start_id, end_id = block_tokens(tokenizer)
+    kwargs = {
+        "batched": True,
+        "batch_size": 1000,
+        "remove_columns": tokenized.column_names,
+        "features": PACKED_FEATURES,
+        "fn_kwargs": {"start_id": start_id, "end_id": end_id, "max_seq_length": max_seq_length},
+    }
+    if isinstance(tokenized, datasets.Dataset):
+        kwargs.update(num_proc=num_proc, desc="packed token stream")
+    return tokenized.map(pack_token_batch, **kwargs)

@@ -1,0 +1,156 @@
+"""DeBERTa-v3's pretraining recipe as a `transformers.DebertaV2Config` (He et al., 2021; microsoft/DeBERTa).
+
+The architecture fields are the **discriminator's**, with `DebertaV2Config`'s `model_type` ("deberta-v2") kept, so
+plain `transformers` builds the discriminator (`DebertaV2Model`) from the saved `config.json`. Defaults are
+DeBERTa-v3-base's, from the official `experiments/language_model/rtd_base.json`: relative attention with 256 log
+buckets (`position_buckets`), `norm_rel_ebd="layer_norm"`, `share_att_key`, `pos_att_type="p2c|c2p"`, no absolute
+positions in the input (`position_biased_input=False`), no token types, LayerNorm ε 1e-7, a 128,100-entry vocabulary.
+
+The generator is derived, as in the official `rtd_*.json` files: the discriminator's fields with **half its depth**
+(`generator_num_hidden_layers`, default `num_hidden_layers // 2`) and the same width. `generator_config(config)`
+returns it as a plain `DebertaV2Config` with `legacy=False`, so `DebertaV2ForMaskedLM` names its head
+`lm_predictions.lm_head.*` as the released `pytorch_model.generator.bin` files do.
+
+`embedding_sharing` (official `embedding_sharing` key): "gdes" (default), "es" or "nes"; see the modeling file.
+"""
+
+from transformers import DebertaV2Config
+
+# Fields that describe the objective, not the network: dropped from the exported vanilla configs.
+RECIPE_FIELDS = (
+    "embedding_sharing",
+    "generator_num_hidden_layers",
+    "mlm_probability",
+    "max_predictions_per_seq",
+    "mask_replace_prob",
+    "random_replace_prob",
+    "whole_word_mask",
+    "generator_weight",
+    "discriminator_weight",
+    "sampling_temperature",
+    "input_format",
+)
+EMBEDDING_SHARING = ("gdes", "es", "nes")
+
+# rtd_{xsmall,small,base,large}.json (microsoft/DeBERTa experiments/language_model): the v3 architecture.
+DEBERTA_V3_ARCHITECTURE = {
+    "vocab_size": 128100,
+    "hidden_act": "gelu",
+    "max_position_embeddings": 512,
+    "relative_attention": True,
+    "position_buckets": 256,
+    "norm_rel_ebd": "layer_norm",
+    "share_att_key": True,
+    "pos_att_type": "p2c|c2p",
+    "layer_norm_eps": 1e-7,
+    "max_relative_positions": -1,
+    "position_biased_input": False,
+    "type_vocab_size": 0,
+    "num_hidden_layers": 12,
+    "hidden_size": 768,
+    "num_attention_heads": 12,
+    "intermediate_size": 3072,
+}
+
+
+class BertologyDebertaV3Config(DebertaV2Config):
+    r"""
+    Args (in addition to [`~transformers.DebertaV2Config`]'s, which describe the discriminator; defaults are
+    DeBERTa-v3-base's and the official RTD task's):
+        embedding_sharing (`str`, defaults to `"gdes"`):
+            How the discriminator's word embeddings relate to the generator's (paper §3): `"gdes"` (gradient-
+            disentangled: E_D = sg(E_G) + Δ, Δ zero-initialised and trained by the RTD loss only), `"es"` (ELECTRA's:
+            one shared table, trained by both losses) or `"nes"` (two independent tables).
+        generator_num_hidden_layers (`int`, *optional*):
+            Generator depth; `None` means half the discriminator's (6 of 12 for xsmall and base, 3 of 6 for small,
+            12 of 24 for large). Its width is the discriminator's, so that the tables can be shared.
+        mlm_probability (`float`, defaults to 0.15):
+            Share of the tokens the generator predicts (`NGramMaskGenerator(mask_lm_prob=0.15)`).
+        max_predictions_per_seq (`int`, *optional*, defaults to 80):
+            Cap on predictions per sequence: `ceil(max_seq_len * 0.15 / 10) * 10` officially (80 at 512).
+        mask_replace_prob (`float`, defaults to 1.0):
+            The RTD task's mask generator replaces every chosen token by [MASK] (`mask_prob=1, keep_prob=0`).
+        random_replace_prob (`float`, defaults to 0.0).
+        whole_word_mask (`bool`, defaults to `False`): the RTD task masks single tokens (`max_gram=1`).
+        generator_weight (`float`, defaults to 1.0): weight of the generator's MLM loss.
+        discriminator_weight (`float`, defaults to 50.0):
+            λ of the RTD loss (paper, after ELECTRA; the released `rtd_task.py` defaults `--rtd_lambda` to 10).
+        sampling_temperature (`float`, defaults to 1.0): temperature of the generator's softmax when sampling.
+        input_format (`str`, defaults to `"token_stream"`):
+            `prepare_data.py`: the concatenated corpus cut every `max_seq_length - 2` tokens, `[CLS] ... [SEP]`.
+    """
+
+    def __init__(
+        self,
+        embedding_sharing: str = "gdes",
+        generator_num_hidden_layers: int | None = None,
+        mlm_probability: float = 0.15,
+        max_predictions_per_seq: int | None = 80,
+        mask_replace_prob: float = 1.0,
+        random_replace_prob: float = 0.0,
+        whole_word_mask: bool = False,
+        generator_weight: float = 1.0,
+        discriminator_weight: float = 50.0,
+        sampling_temperature: float = 1.0,
+        input_format: str = "token_stream",
+        **kwargs,
+    ):
+        embedding_sharing = embedding_sharing.lower()
+        if embedding_sharing not in EMBEDDING_SHARING:
+            raise ValueError(
+                f"embedding_sharing must be one of {', '.join(EMBEDDING_SHARING)}, got {embedding_sharing!r}"
+            )
+        if not 0.0 < mlm_probability < 1.0:
+            raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}")
+        if mask_replace_prob < 0 or random_replace_prob < 0 or mask_replace_prob + random_replace_prob > 1:
+            raise ValueError(
+                "mask_replace_prob and random_replace_prob must be >= 0 and sum to at most 1, "
+                f"got {mask_replace_prob} and {random_replace_prob}"
+            )
+        if max_predictions_per_seq is not None and max_predictions_per_seq < 1:
+            raise ValueError(f"max_predictions_per_seq must be >= 1 or None, got {max_predictions_per_seq}")
+        if generator_num_hidden_layers is not None and generator_num_hidden_layers < 1:
+            raise ValueError(f"generator_num_hidden_layers must be >= 1 or None, got {generator_num_hidden_layers}")
+        if generator_weight < 0 or discriminator_weight < 0:
+            raise ValueError("generator_weight and discriminator_weight must be >= 0")
+        if sampling_temperature <= 0:
+            raise ValueError(f"sampling_temperature must be > 0, got {sampling_temperature}")
+        for key, value in DEBERTA_V3_ARCHITECTURE.items():
+            kwargs.setdefault(key, value)
+        if embedding_sharing == "gdes" and kwargs["position_biased_input"]:
+            raise ValueError(
+                "embedding_sharing='gdes' is implemented for the word embeddings only: DeBERTa-v3 has no absolute "
+                "position table (position_biased_input=False); use 'es' or 'nes' with position_biased_input=True"
+            )
+        self.embedding_sharing = embedding_sharing
+        self.generator_num_hidden_layers = generator_num_hidden_layers
+        self.mlm_probability = mlm_probability
+        self.max_predictions_per_seq = max_predictions_per_seq
+        self.mask_replace_prob = mask_replace_prob
+        self.random_replace_prob = random_replace_prob
+        self.whole_word_mask = whole_word_mask
+        self.generator_weight = generator_weight
+        self.discriminator_weight = discriminator_weight
+        self.sampling_temperature = sampling_temperature
+        self.input_format = input_format
+        super().__init__(**kwargs)
+
+
+def discriminator_config(config: DebertaV2Config) -> DebertaV2Config:
+    """The discriminator's architecture as a plain `DebertaV2Config` (no recipe fields, no `auto_map`)."""
+    fields = {k: v for k, v in config.to_dict().items() if k not in RECIPE_FIELDS}
+    for key in ("auto_map", "architectures", "model_type", "transformers_version"):
+        fields.pop(key, None)
+    return DebertaV2Config(**fields)
+
+
+def generator_config(config: DebertaV2Config) -> DebertaV2Config:
+    """The generator's architecture: the discriminator's at half depth (official `rtd_*.json`), `legacy=False`.
+
+    Works on any `DebertaV2Config` (a checkpoint loaded through remote code keeps the recipe fields as attributes).
+    """
+    generator = discriminator_config(config)
+    depth = getattr(config, "generator_num_hidden_layers", None)
+    generator.num_hidden_layers = depth if depth is not None else max(1, config.num_hidden_layers // 2)
+    generator.legacy = False  # `lm_predictions.lm_head.*`, the official MaskedLanguageModel's names
+    return generator

@@ -1,0 +1,274 @@
+"""DeBERTa-v3 pretraining: ELECTRA-style replaced-token detection with gradient-disentangled embedding sharing.
+
+Follows microsoft/DeBERTa `apps/tasks/rtd_task.py` (`RTDModel`, `make_electra_data`, `get_loss_fn`) and
+`apps/models/replaced_token_detection_model.py`, with the paper (He et al., 2021, "DeBERTaV3", §3):
+
+1. The collator masks an exact number of positions per sequence, all of them [MASK] (the RTD task's
+   `NGramMaskGenerator(max_gram=1, keep_prob=0, mask_prob=1)`). The generator, a `DebertaV2ForMaskedLM` at half the
+   discriminator's depth, predicts the original token there; its head runs only on those positions (sparse).
+2. Every chosen position gets a token sampled from the generator's softmax (official `topk_sampling`: a multinomial
+   draw; here Gumbel-max, the same distribution, in fp32 and without gradient).
+3. The discriminator, a `DebertaV2Model` + the official `mask_predictions` head, labels a token "replaced" where the
+   sample differs from the original; sigmoid BCE over every non-pad token.
+4. `loss = generator_weight * mlm_loss + discriminator_weight * rtd_loss` (1 and λ = 50).
+
+**Embedding sharing** (`config.embedding_sharing`, the official `embedding_sharing`), the one place the three
+methods differ (`discriminator_input_embeddings` and `_tied_weights_keys`):
+- "gdes": E_D = sg(E_G) + Δ (paper §3.3). Δ (`gdes.delta`, zero-initialised) is trained only by the RTD loss, E_G only
+  by the MLM loss: the two losses no longer pull one table in two directions. The discriminator's own
+  `deberta.embeddings.word_embeddings.weight` is not used while training (frozen); **every `state_dict()` writes
+  E_G + Δ there**, so a saved checkpoint is a complete plain `DebertaV2Model`.
+- "es": one table, declared in `_tied_weights_keys` (ELECTRA's sharing; both losses train it).
+- "nes": two independent tables.
+Only the word table (and, for "es", an absolute position table if there is one) is shared, as officially: the
+embedding LayerNorm is each network's own.
+
+Names: the discriminator is `deberta.*` + `mask_predictions.*` (the released discriminators' names: plain
+`DebertaV2Model` / `AutoModelForSequenceClassification` load it with nothing missing), the generator a
+`DebertaV2ForMaskedLM` at `generator.*`. Losses are sums divided by the Trainer's per-objective counts
+(`num_items_in_batch["labels"]` for the generator, `["attention_mask"]` for the discriminator).
+
+Because the GDES parameter sets are disjoint (the generator's weights get only MLM gradients, the discriminator's
+and Δ only RTD gradients), one AdamW on the summed loss updates each parameter as the official decoupled training
+(`--decoupled_training`, one optimizer per network) does, apart from the global-norm clipping spanning both.
+
+This file imports only torch, transformers and its own folder (`trust_remote_code=True` works without hf_bertology).
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import DebertaV2ForMaskedLM, DebertaV2Model, DebertaV2PreTrainedModel
+from transformers.activations import ACT2FN
+from transformers.modeling_outputs import ModelOutput
+
+from .configuration_deberta_v3 import BertologyDebertaV3Config, generator_config
+
+WORD_EMBEDDINGS = "embeddings.word_embeddings.weight"
+POSITION_EMBEDDINGS = "embeddings.position_embeddings.weight"
+
+
+@dataclass
+class BertologyDebertaV3ForPreTrainingOutput(ModelOutput):
+    """
+    loss: `generator_weight * mlm_loss + discriminator_weight * rtd_loss`.
+    mlm_loss / mlm_accuracy: the generator's masked-LM loss and argmax accuracy at the chosen positions.
+    rtd_loss / rtd_accuracy: the discriminator's sigmoid BCE and accuracy over the non-pad tokens.
+    replaced_fraction: share of the non-pad tokens whose sample differs from the original (label 1).
+    sampled_accuracy: share of the chosen positions where the sample equals the original.
+    prediction_logits: the generator's `(num_masked, vocab_size)` logits at the chosen positions.
+    rtd_logits: `(batch, seq_len)` discriminator logits (> 0 means "replaced").
+    replaced_input_ids: `(batch, seq_len)` the discriminator's input: originals, with samples at chosen positions.
+    rtd_labels: `(batch, seq_len)` 1 where `replaced_input_ids` differs from the original token, else 0.
+    """
+
+    loss: torch.Tensor | None = None
+    mlm_loss: torch.Tensor | None = None
+    rtd_loss: torch.Tensor | None = None
+    mlm_accuracy: torch.Tensor | None = None
+    rtd_accuracy: torch.Tensor | None = None
+    replaced_fraction: torch.Tensor | None = None
+    sampled_accuracy: torch.Tensor | None = None
+    prediction_logits: torch.Tensor | None = None
+    rtd_logits: torch.Tensor | None = None
+    replaced_input_ids: torch.Tensor | None = None
+    rtd_labels: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+def _denominator(num_items_in_batch, key: str, local_count: torch.Tensor, local_tokens: torch.Tensor):
+    """Count that turns a summed loss into the mean over the whole optimizer step.
+
+    `BertologyTrainer` passes a dict of counts per key (summed over accumulated micro-batches and processes). The
+    stock Trainer passes one int (masked tokens); another loss is then weighted by this micro-batch's share of
+    those tokens. Without any count (plain forward) the local count gives the usual mean.
+    """
+    if isinstance(num_items_in_batch, Mapping):
+        if key in num_items_in_batch:
+            return num_items_in_batch[key]
+        num_items_in_batch = num_items_in_batch.get("labels")
+    if num_items_in_batch is None:
+        return local_count.clamp(min=1)
+    if key == "labels":
+        return num_items_in_batch
+    return local_count * num_items_in_batch / local_tokens.clamp(min=1)
+
+
+def gumbel_sample(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Token ids drawn from `softmax(logits / temperature)` by Gumbel-max, in fp32 (half-precision noise is biased)."""
+    noise = torch.rand(logits.shape, device=logits.device, dtype=torch.float32)
+    noise.add_(1e-9).log_().neg_().add_(1e-9).log_().neg_()  # Gumbel(0, 1) = -log(-log(U))
+    if temperature != 1.0:
+        noise.mul_(temperature)
+    return noise.add_(logits.detach().float()).argmax(-1)
+
+
+class GradientDisentangledEmbedding(nn.Module):
+    """GDES (paper §3.3, official `RTDModel.register_discriminator_fw_hook`): E_D = sg(E_G) + Δ, Δ starts at zero.
+
+    The rows are gathered before the sum, so no (vocab, hidden) tensor is built per step; the result is the same.
+    """
+
+    def __init__(self, num_embeddings: int, embedding_dim: int):
+        super().__init__()
+        self.delta = nn.Parameter(torch.zeros(num_embeddings, embedding_dim))
+
+    def forward(self, input_ids: torch.Tensor, generator_table: torch.Tensor) -> torch.Tensor:
+        return F.embedding(input_ids, generator_table).detach() + F.embedding(input_ids, self.delta)  # (B, T, E)
+
+    def merged(self, generator_table: torch.Tensor) -> torch.Tensor:
+        """E_G + Δ: the discriminator's table as plain `transformers` must see it."""
+        return generator_table.detach() + self.delta.detach()
+
+
+class ReplacedTokenDetectionHead(nn.Module):
+    """The official `LMMaskPredictionHead`: LayerNorm(h_[CLS] + h_i) -> dense -> act -> one logit per token."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.transform_act_fn = ACT2FN[config.hidden_act] if isinstance(config.hidden_act, str) else config.hidden_act
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.classifier = nn.Linear(config.hidden_size, 1)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        states = self.LayerNorm(hidden_states[:, :1] + hidden_states)  # (B, T, H): every token sees [CLS]
+        return self.classifier(self.transform_act_fn(self.dense(states))).squeeze(-1)  # (B, T)
+
+
+class BertologyDebertaV3ForPreTraining(DebertaV2PreTrainedModel):
+    config_class = BertologyDebertaV3Config
+    _auto_class = "AutoModelForPreTraining"
+    accepts_loss_kwargs = True  # each loss is normalised by its `num_items_in_batch` count
+
+    def __init__(self, config: BertologyDebertaV3Config):
+        if not isinstance(config, BertologyDebertaV3Config):
+            # e.g. a plain DebertaV2Config from AutoConfig under trust_remote_code: recipe fields are attributes.
+            config = BertologyDebertaV3Config(**config.to_dict())
+        super().__init__(config)
+        self.deberta = DebertaV2Model(config)
+        self.mask_predictions = ReplacedTokenDetectionHead(config)
+        self.generator = DebertaV2ForMaskedLM(generator_config(config))
+        # -- embedding sharing: the only lines where GDES, ES and NES differ ------------------------------------
+        self.sharing = config.embedding_sharing
+        self._tied_weights_keys = {}
+        if self.sharing == "es":
+            shared = [WORD_EMBEDDINGS] + ([POSITION_EMBEDDINGS] if config.position_biased_input else [])
+            self._tied_weights_keys = {f"generator.deberta.{name}": f"deberta.{name}" for name in shared}
+        if self.sharing == "gdes":
+            table = self.deberta.embeddings.word_embeddings.weight
+            self.gdes = GradientDisentangledEmbedding(*table.shape)
+            self.register_state_dict_post_hook(_merge_gdes)
+        self.post_init()  # after every submodule exists: expands the tied keys and ties the shared table
+        self._freeze_gdes_slot()
+
+    def _freeze_gdes_slot(self) -> None:
+        """Under GDES the discriminator's own table is a slot for E_G + Δ, saved but never trained (and unused:
+        frozen, so DDP does not wait for its gradient)."""
+        if self.sharing == "gdes":
+            self.deberta.embeddings.word_embeddings.weight.requires_grad_(False)
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        loaded = super().from_pretrained(*args, **kwargs)
+        (loaded[0] if isinstance(loaded, tuple) else loaded)._freeze_gdes_slot()  # loading makes new Parameters
+        return loaded
+
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, GradientDisentangledEmbedding):
+            nn.init.zeros_(module.delta)
+
+    def discriminator_input_embeddings(self, input_ids: torch.Tensor) -> torch.Tensor | None:
+        """The discriminator's word embeddings of `input_ids` under GDES (`None`: its own table, shared or not)."""
+        if self.sharing != "gdes":
+            return None
+        return self.gdes(input_ids, self.generator.deberta.embeddings.word_embeddings.weight)
+
+    def discriminate(self, input_ids: torch.Tensor, **kwargs):
+        """`DebertaV2Model` outputs of the discriminator on `input_ids`, with its (shared) embeddings."""
+        inputs_embeds = self.discriminator_input_embeddings(input_ids)
+        if inputs_embeds is not None:
+            return self.deberta(inputs_embeds=inputs_embeds, **kwargs)
+        return self.deberta(input_ids, **kwargs)
+
+    # -- the step ----------------------------------------------------------------------------------------------
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        num_items_in_batch: Mapping | torch.Tensor | int | None = None,
+        **kwargs,
+    ) -> BertologyDebertaV3ForPreTrainingOutput:
+        r"""
+        input_ids (`(batch, seq_len)`): the generator's input, `[MASK]` at the chosen positions.
+        labels (`(batch, seq_len)`): original token ids at the chosen positions, -100 elsewhere. Without labels,
+            only the discriminator runs, on `input_ids`.
+        """
+        inputs = dict(attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids)
+        if labels is None:
+            hidden = self.discriminate(input_ids, **inputs).last_hidden_state
+            return BertologyDebertaV3ForPreTrainingOutput(rtd_logits=self.mask_predictions(hidden))
+        config = self.config
+        chosen = labels.ne(-100)  # (B, T)
+        targets = labels[chosen]  # (M,)
+        n_chosen = chosen.sum()
+        real = attention_mask.bool() if attention_mask is not None else torch.ones_like(chosen)
+        n_real = real.sum()
+
+        # -- generator: masked LM on the chosen positions only ---------------------------------------------------
+        generator = self.generator
+        gen_hidden = generator.deberta(input_ids, **inputs).last_hidden_state[chosen]  # (M, H)
+        prediction_logits = generator.lm_predictions(gen_hidden, generator.deberta.embeddings.word_embeddings)
+        mlm_sum = F.cross_entropy(prediction_logits.float(), targets, reduction="sum")  # logits (M, V)
+        mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", n_chosen, n_chosen)
+
+        # -- fake data (`make_electra_data`): a sample at every chosen position ----------------------------------
+        with torch.no_grad():
+            sampled = gumbel_sample(prediction_logits, config.sampling_temperature)  # (M,)
+            original_ids = torch.where(chosen, labels, input_ids)
+            replaced_input_ids = original_ids.clone()
+            replaced_input_ids[chosen] = sampled
+            rtd_labels = (replaced_input_ids != original_ids) & real  # (B, T)
+
+        # -- discriminator: replaced-token detection over every non-pad token -----------------------------------
+        disc_outputs = self.discriminate(replaced_input_ids, **inputs, **kwargs)
+        rtd_logits = self.mask_predictions(disc_outputs.last_hidden_state)  # (B, T)
+        real_logits = rtd_logits[real].float()  # (N,)
+        real_labels = rtd_labels[real].float()
+        rtd_sum = F.binary_cross_entropy_with_logits(real_logits, real_labels, reduction="sum")
+        rtd_loss = rtd_sum / _denominator(num_items_in_batch, "attention_mask", n_real, n_chosen)
+
+        return BertologyDebertaV3ForPreTrainingOutput(
+            loss=config.generator_weight * mlm_loss + config.discriminator_weight * rtd_loss,
+            mlm_loss=mlm_loss,
+            rtd_loss=rtd_loss,
+            mlm_accuracy=(prediction_logits.argmax(-1) == targets).float().mean(),
+            rtd_accuracy=((real_logits > 0).float() == real_labels).float().mean(),
+            replaced_fraction=real_labels.mean(),
+            sampled_accuracy=(sampled == targets).float().mean(),
+            prediction_logits=prediction_logits,
+            rtd_logits=rtd_logits,
+            replaced_input_ids=replaced_input_ids,
+            rtd_labels=rtd_labels.long(),
+            hidden_states=disc_outputs.hidden_states,
+            attentions=disc_outputs.attentions,
+        )
+
+
+def _merge_gdes(module: BertologyDebertaV3ForPreTraining, state_dict: dict, prefix: str, local_metadata) -> None:
+    """State-dict hook: write E_G + Δ as the discriminator's word table, so checkpoints hold the merged embedding.
+
+    Only plain state dicts (`keep_vars=False`, what saving uses) are rewritten; parameters themselves never change.
+    """
+    key = f"{prefix}deberta.{WORD_EMBEDDINGS}"
+    if key not in state_dict or isinstance(state_dict[key], nn.Parameter) or state_dict[key].is_meta:
+        return
+    state_dict[key] = module.gdes.merged(module.generator.deberta.embeddings.word_embeddings.weight)

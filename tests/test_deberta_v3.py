@@ -1,0 +1,343 @@
+"""DeBERTa-v3: GDES / ES / NES embedding sharing, RTD gradient isolation, merged export, plain-transformers loading."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from transformers import DebertaV2Model
+
+import hf_bertology as hb
+from hf_bertology.collators import DataCollatorForMaskedLM
+from hf_bertology.models.deberta_v3 import BertologyDebertaV3Config, BertologyDebertaV3ForPreTraining
+
+VOCAB = 120
+TINY = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=37,
+    position_buckets=16,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+)
+MASK_ID, PAD_ID = 4, 0
+WORD = "embeddings.word_embeddings.weight"
+
+
+def tiny_model(sharing: str = "gdes", seed: int = 0, **overrides) -> BertologyDebertaV3ForPreTraining:
+    torch.manual_seed(seed)
+    return BertologyDebertaV3ForPreTraining(BertologyDebertaV3Config(**TINY, embedding_sharing=sharing, **overrides))
+
+
+def tiny_batch(batch: int = 4, length: int = 24, seed: int = 0) -> dict[str, torch.Tensor]:
+    """A collator-like batch: padded rows, [CLS]=1/[SEP]=2, ~20% chosen, all of them [MASK]."""
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, VOCAB, (batch, length), generator=gen)
+    lengths = torch.randint(length // 2, length + 1, (batch,), generator=gen)
+    lengths[0] = length
+    attention = (torch.arange(length)[None, :] < lengths[:, None]).long()
+    ids[:, 0] = 1
+    ids[torch.arange(batch), lengths - 1] = 2
+    ids[attention == 0] = PAD_ID
+    chosen = (attention == 1) & (ids > 4) & (torch.rand(ids.shape, generator=gen) < 0.2)
+    chosen[:, 1] = True  # at least one per row
+    labels = torch.where(chosen, ids, -100)
+    return {"input_ids": ids.masked_fill(chosen, MASK_ID), "attention_mask": attention, "labels": labels}
+
+
+def generator_table(model):
+    return model.generator.deberta.embeddings.word_embeddings.weight
+
+
+def discriminator_table(model):
+    return model.deberta.embeddings.word_embeddings.weight
+
+
+def grad_of(param) -> torch.Tensor:
+    return torch.zeros_like(param) if param.grad is None else param.grad
+
+
+# -- recipes ------------------------------------------------------------------------------------------------------
+
+
+def test_presets_follow_the_official_rtd_configs():
+    """rtd_{xsmall,small,base,large}.json: depth/width, half-depth generator, v3 relative-position settings."""
+    expected = {
+        "xsmall": (12, 384, 6, 6),
+        "small": (6, 768, 12, 3),
+        "base": (12, 768, 12, 6),
+        "large": (24, 1024, 16, 12),
+    }
+    for size, (layers, hidden, heads, gen_layers) in expected.items():
+        config = hb.get_recipe(f"deberta-v3-{size}").config
+        assert (config.num_hidden_layers, config.hidden_size, config.num_attention_heads) == (layers, hidden, heads)
+        assert config.intermediate_size == 4 * hidden and config.vocab_size == 128100
+        generator = hb.models.deberta_v3.generator_config(config)
+        assert (generator.num_hidden_layers, generator.hidden_size, generator.legacy) == (gen_layers, hidden, False)
+    config = hb.get_recipe("deberta-v3-base").config
+    assert config.model_type == "deberta-v2" and config.embedding_sharing == "gdes"
+    assert (config.relative_attention, config.position_buckets, config.norm_rel_ebd) == (True, 256, "layer_norm")
+    assert (config.share_att_key, config.pos_att_type, config.max_relative_positions) == (True, ["p2c", "c2p"], -1)
+    assert (config.position_biased_input, config.type_vocab_size, config.layer_norm_eps) == (False, 0, 1e-7)
+    assert (config.discriminator_weight, config.mask_replace_prob, config.max_predictions_per_seq) == (50.0, 1.0, 80)
+    training = hb.get_recipe("deberta-v3-base").training_defaults
+    assert (training["learning_rate"], training["warmup_steps"], training["per_device_train_batch_size"]) == (
+        1e-4,
+        10_000,
+        256,
+    )
+    assert hb.get_recipe("deberta-v3-xsmall").training_defaults["learning_rate"] == 3e-4
+    assert hb.get_recipe("deberta-v3-tiny").config.max_predictions_per_seq == 10  # ceil(64 * 0.15 / 10) * 10
+    with pytest.raises(ValueError, match="embedding_sharing"):
+        BertologyDebertaV3Config(embedding_sharing="tied")
+    with pytest.raises(ValueError, match="position_biased_input"):
+        BertologyDebertaV3Config(position_biased_input=True)
+
+
+@pytest.mark.parametrize(
+    "size, expected",
+    [("xsmall", 70_682_112), ("small", 141_304_320), ("base", 183_831_552), ("large", 434_012_160)],
+)
+def test_discriminator_parameter_counts(size, expected):
+    """DebertaV2Model of the presets: backbones of 21.5M/42.9M/85.5M/302.8M (model cards: 22M/44M/86M/304M) + 128,100 x H embeddings."""
+    with torch.device("meta"):
+        model = DebertaV2Model(hb.get_recipe(f"deberta-v3-{size}").config)
+    assert sum(p.numel() for p in model.parameters()) == expected
+
+
+# -- embedding sharing ----------------------------------------------------------------------------------------------
+
+
+def test_gdes_gradients_are_disentangled():
+    """RTD trains Δ and never E_G; MLM trains E_G and never Δ; the discriminator's own table is a frozen slot."""
+    model = tiny_model("gdes")
+    assert not discriminator_table(model).requires_grad and not model.gdes.delta.any()
+    batch = tiny_batch()
+
+    torch.manual_seed(1)
+    model(**batch).rtd_loss.backward()
+    assert not grad_of(generator_table(model)).any()
+    assert grad_of(model.gdes.delta).any()
+
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(1)
+    model(**batch).mlm_loss.backward()
+    assert not grad_of(model.gdes.delta).any()
+    assert grad_of(generator_table(model)).any()
+
+    # One optimizer step on the joint loss: Δ leaves zero, the slot stays untouched, and E_D = E_G + Δ is what the
+    # discriminator reads.
+    slot = discriminator_table(model).clone()
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    model.zero_grad(set_to_none=True)
+    model(**batch).loss.backward()
+    optimizer.step()
+    assert model.gdes.delta.abs().sum() > 0 and torch.equal(discriminator_table(model), slot)
+    ids = batch["input_ids"]
+    merged = generator_table(model) + model.gdes.delta
+    assert torch.allclose(model.discriminator_input_embeddings(ids), merged[ids])
+
+
+def test_es_shares_one_table_and_nes_none():
+    es = tiny_model("es")
+    assert discriminator_table(es) is generator_table(es) and not hasattr(es, "gdes")
+    batch = tiny_batch()
+    torch.manual_seed(1)
+    es(**batch).rtd_loss.backward()
+    assert grad_of(generator_table(es)).any()  # ELECTRA's sharing: the RTD loss pulls the generator's table too
+
+    nes = tiny_model("nes")
+    assert discriminator_table(nes) is not generator_table(nes) and not hasattr(nes, "gdes")
+    torch.manual_seed(1)
+    nes(**batch).rtd_loss.backward()
+    assert not grad_of(generator_table(nes)).any() and grad_of(discriminator_table(nes)).any()
+    nes.zero_grad(set_to_none=True)
+    torch.manual_seed(1)
+    nes(**batch).mlm_loss.backward()
+    assert not grad_of(discriminator_table(nes)).any() and grad_of(generator_table(nes)).any()
+
+
+@pytest.mark.parametrize("sharing", ["gdes", "es", "nes"])
+def test_rtd_sends_nothing_into_generator_only_weights(sharing):
+    model = tiny_model(sharing)
+    shared = {id(discriminator_table(model))} if sharing == "es" else set()
+    generator_only = [p for p in model.generator.parameters() if id(p) not in shared]
+    torch.manual_seed(1)
+    out = model(**tiny_batch())
+    out.rtd_loss.backward()
+    assert all(not grad_of(p).any() for p in generator_only)
+    assert all(grad_of(p).any() for p in model.mask_predictions.parameters())
+    assert torch.allclose(out.loss, out.mlm_loss + 50.0 * out.rtd_loss)
+    chosen = tiny_batch()["labels"].ne(-100)
+    assert out.prediction_logits.shape == (int(chosen.sum()), VOCAB)  # sparse: chosen positions only
+    assert not (out.replaced_input_ids == MASK_ID).any()
+
+
+def test_accumulated_halves_equal_one_batch():
+    """2N in one batch vs two batches of N with the step's counts: same loss and gradients (same samples)."""
+    model = tiny_model("gdes")
+    batch = tiny_batch(batch=6, seed=3)
+    counts = {"labels": batch["labels"].ne(-100).sum(), "attention_mask": batch["attention_mask"].sum()}
+    torch.manual_seed(7)
+    full = model(**batch, num_items_in_batch=counts)
+    full.loss.backward()
+    full_grads = [grad_of(p).clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(7)
+    total = 0
+    for half in (slice(0, 3), slice(3, 6)):
+        out = model(**{k: v[half] for k, v in batch.items()}, num_items_in_batch=counts)
+        out.loss.backward()
+        total = total + out.loss.detach()
+    assert torch.allclose(total, full.loss, atol=1e-5)
+    for p, g in zip(model.parameters(), full_grads):
+        assert torch.allclose(grad_of(p), g, atol=1e-5, rtol=1e-4)
+
+
+# -- saving: merged GDES table, plain transformers ------------------------------------------------------------------
+
+
+def trained_gdes_model() -> BertologyDebertaV3ForPreTraining:
+    model = tiny_model("gdes")
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    torch.manual_seed(0)
+    for _ in range(2):
+        model(**tiny_batch()).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return model.eval()
+
+
+def test_saved_gdes_table_is_the_merged_sum(tmp_path):
+    model = trained_gdes_model()
+    merged = generator_table(model) + model.gdes.delta
+    assert torch.equal(model.state_dict()[f"deberta.{WORD}"], merged.detach())
+    assert model.state_dict(keep_vars=True)[f"deberta.{WORD}"] is discriminator_table(model)  # parameters untouched
+    model.save_pretrained(tmp_path / "ckpt")
+    loaded, info = BertologyDebertaV3ForPreTraining.from_pretrained(tmp_path / "ckpt", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    assert torch.equal(loaded.gdes.delta, model.gdes.delta) and not discriminator_table(loaded).requires_grad
+    for (name, a), b in zip(model.state_dict().items(), loaded.state_dict().values()):
+        assert torch.equal(a, b), name
+    hb.export_deberta_v3(tmp_path / "ckpt", tmp_path / "disc", "discriminator")
+    exported = DebertaV2Model.from_pretrained(tmp_path / "disc")
+    assert torch.allclose(exported.embeddings.word_embeddings.weight, merged)
+
+
+PLAIN_TRANSFORMERS = """
+import sys
+sys.modules["hf_bertology"] = None  # plain transformers only
+import json, torch
+from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForPreTraining, AutoModelForSequenceClassification
+ckpt, gen, ids = sys.argv[1], sys.argv[2], torch.tensor(json.loads(sys.argv[3]))
+result = {}
+encoder, info = AutoModel.from_pretrained(ckpt, output_loading_info=True)
+result["class"] = type(encoder).__name__
+result["missing"] = sorted(info["missing_keys"])
+result["unexpected_prefixes"] = sorted({k.split(".")[0] for k in info["unexpected_keys"]})
+with torch.no_grad():
+    result["hidden"] = encoder(ids).last_hidden_state.tolist()
+classifier, info = AutoModelForSequenceClassification.from_pretrained(ckpt, num_labels=2, output_loading_info=True)
+result["classifier"] = type(classifier).__name__
+result["classifier_missing"] = sorted({k.split(".")[0] for k in info["missing_keys"]})
+joint = AutoModelForPreTraining.from_pretrained(ckpt, trust_remote_code=True)
+result["remote"] = type(joint).__name__
+with torch.no_grad():
+    result["remote_logits"] = joint(input_ids=ids).rtd_logits.tolist()
+m, info = AutoModelForMaskedLM.from_pretrained(gen, output_loading_info=True)
+result["gen"] = (type(m).__name__, sorted(info["missing_keys"]), sorted(info["unexpected_keys"]))
+with torch.no_grad():
+    result["gen_logits"] = m(ids).logits.tolist()
+print(json.dumps(result))
+"""
+
+
+def test_plain_transformers_loads_discriminator_and_generator(tmp_path):
+    model = trained_gdes_model()
+    ids = torch.randint(5, VOCAB, (2, 10), generator=torch.Generator().manual_seed(0))
+    ckpt = tmp_path / "ckpt"
+    model.save_pretrained(ckpt)
+    hb.export_deberta_v3(ckpt, tmp_path / "gen", "generator")
+    script = tmp_path / "plain.py"
+    script.write_text(textwrap.dedent(PLAIN_TRANSFORMERS))
+    run = subprocess.run(
+        [sys.executable, str(script), str(ckpt), str(tmp_path / "gen"), json.dumps(ids.tolist())],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"},
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    with torch.no_grad():
+        hidden = model.discriminate(ids).last_hidden_state
+        rtd_logits = model(input_ids=ids).rtd_logits
+        generator_logits = model.generator(ids).logits
+    assert result["class"] == "DebertaV2Model" and result["missing"] == []
+    assert result["unexpected_prefixes"] == ["gdes", "generator", "mask_predictions"]
+    assert result["classifier"] == "DebertaV2ForSequenceClassification"
+    assert result["classifier_missing"] == ["classifier", "pooler"]  # the new task head only
+    assert torch.allclose(torch.tensor(result["hidden"]), hidden, atol=1e-5)
+    assert result["remote"] == "BertologyDebertaV3ForPreTraining"
+    assert torch.allclose(torch.tensor(result["remote_logits"]), rtd_logits, atol=1e-5)
+    assert result["gen"] == ["DebertaV2ForMaskedLM", [], []]
+    assert torch.allclose(torch.tensor(result["gen_logits"]), generator_logits, atol=1e-5)
+
+
+# -- collator and the command line ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tokenizer(texts):
+    return hb.get_recipe("deberta-v3-tiny").train_tokenizer(texts * 3, vocab_size=300)
+
+
+def test_tokenizer_is_the_deberta_v2_family(tokenizer):
+    assert type(tokenizer).__name__ == "DebertaV2Tokenizer"
+    ids = (tokenizer.pad_token_id, tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.unk_token_id)
+    assert ids == (0, 1, 2, 3) and tokenizer.mask_token_id == 4
+
+
+def test_generator_input_is_all_mask_with_an_exact_count(tokenizer):
+    config = hb.get_recipe("deberta-v3-tiny").config
+    collator = DataCollatorForMaskedLM.from_config(config, tokenizer, seed=0)
+    gen = torch.Generator().manual_seed(0)
+    low = len(tokenizer.all_special_ids)
+    body = torch.randint(low, len(tokenizer), (1600, 62), generator=gen).tolist()
+    batch = collator([{"input_ids": [tokenizer.cls_token_id, *row, tokenizer.sep_token_id]} for row in body])
+    chosen = batch["labels"].ne(-100)
+    assert (chosen.sum(1) == min(config.max_predictions_per_seq, round(64 * 0.15))).all()  # exact count, capped
+    assert (batch["input_ids"][chosen] == tokenizer.mask_token_id).all()  # mask_prob 1, keep 0, random 0
+    assert not chosen[:, 0].any() and not chosen[:, -1].any()  # never [CLS]/[SEP]
+    positions = chosen.float().mean(0)[1:-1]  # uniform over the 62 body positions (~100k tokens)
+    assert (positions - 9 / 62).abs().max() < 0.04
+
+
+def test_pretrain_trains_saves_and_exports(tmp_path, corpus_file):
+    from hf_bertology.cli import main as cli
+    from hf_bertology.training.pretrain import main
+
+    out = tmp_path / "out"
+    argv = ["--recipe", "deberta-v3-tiny", "--train_file", str(corpus_file), "--output_dir", str(out)]
+    argv += ["--vocab_size", "300", "--max_train_samples", "8", "--per_device_train_batch_size", "8"]
+    argv += ["--max_steps", "30", "--learning_rate", "3e-3", "--warmup_steps", "0", "--logging_steps", "1"]
+    metrics = main([*argv, "--save_steps", "30", "--disable_tqdm", "true", "--use_cpu"])
+    assert metrics["train_loss"] > 0
+    logs = json.loads((out / "checkpoint-30" / "trainer_state.json").read_text())["log_history"]
+    losses = torch.tensor([[log["mlm_loss"], log["rtd_loss"], log["loss"]] for log in logs if "rtd_loss" in log])
+    assert len(losses) == 30 and torch.isfinite(losses).all()
+    first, last = losses[:5].mean(0), losses[-5:].mean(0)
+    assert last[2] < 0.8 * first[2] and last[0] < first[0]  # the same 8 examples: both networks learn them
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "deberta-v2" and config["embedding_sharing"] == "gdes"
+    assert (out / "modeling_deberta_v3.py").is_file() and (out / "configuration_deberta_v3.py").is_file()
+    assert cli(["export", "--deberta_v3_part", "generator", str(out), str(tmp_path / "gen")]) == 0
+    exported = json.loads((tmp_path / "gen" / "config.json").read_text())
+    assert exported["architectures"] == ["DebertaV2ForMaskedLM"] and "embedding_sharing" not in exported
+    assert exported["num_hidden_layers"] == 1 and (tmp_path / "gen" / "tokenizer.json").is_file()
