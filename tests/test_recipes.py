@@ -30,6 +30,8 @@ FAMILY = {
     "albert": "albert",
     "electra": "electra",
     "xlnet": "xlnet",
+    "deberta-v3": "deberta-v2",
+    "modernbert": "modernbert",
 }
 
 

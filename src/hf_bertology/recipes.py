@@ -127,6 +127,7 @@ VARIANTS: dict[str, Variant] = {
         "unigram",
         tokenizer_class="DebertaV2Tokenizer",
         plain_auto_class="AutoModel",
+        prediction_cap=("max_predictions_per_seq", lambda c, n: deberta_max_predictions(c.mlm_probability, n)),
         padding_free=False,  # disentangled attention is DeBERTa's own code, not an AttentionInterface call
     ),
     "modernbert": Variant(

@@ -477,11 +477,16 @@ def build_model(recipe: Recipe, model_args: ModelArguments):
 
 
 def configure_batches(recipe: Recipe, model, collator, model_args: ModelArguments, data_args: DataArguments):
-    """Padding-free batches (`--padding_free`, on for every recipe but XLNet) and the attention kernel that reads
-    them (`--attn_implementation`); returns `(model, collator)`."""
-    return configure_attention(
-        model, collator, data_args.padding_free, model_args.attn_implementation, recipe.spec.padding_free
-    )
+    """Padding-free batches (`--padding_free`, on for every recipe that supports them, except with `--streaming`)
+    and the attention kernel that reads them (`--attn_implementation`); returns `(model, collator)`."""
+    padding_free = data_args.padding_free
+    if data_args.streaming:
+        # accelerate dispatches a streamed batch by slicing every tensor along its first dimension, which a flat
+        # row (one row; cu_seq_lens of B+1) does not survive
+        if padding_free:
+            raise BertologyError("--padding_free does not work with --streaming yet; pass --padding_free false")
+        padding_free = False
+    return configure_attention(model, collator, padding_free, model_args.attn_implementation, recipe.spec.padding_free)
 
 
 def build_datasets(
