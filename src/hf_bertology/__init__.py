@@ -17,12 +17,13 @@ from .models.modernbert import BertologyModernBertConfig, BertologyModernBertFor
 from .models.roberta import BertologyRobertaConfig, BertologyRobertaForPreTraining
 from .models.spanbert import BertologySpanBertConfig, BertologySpanBertForPreTraining
 from .models.xlnet import BertologyXLNetConfig, BertologyXLNetForPreTraining
-from .recipes import PRESETS, VARIANTS, Recipe, get_recipe, list_recipes
+from .recipes import BACKBONES, PRESETS, VARIANTS, Recipe, get_recipe, list_recipes
 from .utils import BertologyError
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BACKBONES",
     "PRESETS",
     "VARIANTS",
     "BertologyAlbertConfig",

@@ -118,7 +118,7 @@ def write_model_card(
         losses=losses,
         parameters=_fmt(sum(p.numel() for p in model.parameters())),
         plain_auto_class=plain_auto_class,
-        auto_class=getattr(type(model), "_auto_class", None) or plain_auto_class,
+        auto_class=getattr(model, "_auto_class", None) or plain_auto_class,
         path=repo_id or str(output_dir),
         recipe_json=json.dumps(objective_keys, indent=2, sort_keys=True, default=str),
     )

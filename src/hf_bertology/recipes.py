@@ -14,6 +14,7 @@ branch anywhere else. Sources for every number: ../shared/RECIPES.md (cited per 
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -25,13 +26,14 @@ from .collators import DataCollatorForMaskedLM, DataCollatorForPermutationLM, Da
 from .data.vocab import train_tokenizer
 from .models.albert import BertologyAlbertConfig, BertologyAlbertForPreTraining
 from .models.bert import BertologyBertConfig, BertologyBertForPreTraining
+from .models.composed import COMPOSED_CONFIGS, COMPOSED_MODELS
 from .models.deberta_v3 import BertologyDebertaV3Config, BertologyDebertaV3ForPreTraining
 from .models.electra import BertologyElectraConfig, BertologyElectraForPreTraining
 from .models.modernbert import BertologyModernBertConfig, BertologyModernBertForPreTraining
 from .models.roberta import BertologyRobertaConfig, BertologyRobertaForPreTraining
 from .models.spanbert import BertologySpanBertConfig, BertologySpanBertForPreTraining
 from .models.xlnet import BertologyXLNetConfig, BertologyXLNetForPreTraining
-from .utils import BertologyError
+from .utils import BertologyError, logger
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,10 @@ class Variant:
     padding_free: bool = True  # batches can be flattened (collators/flatten.py); XLNet's permutation inputs cannot
     # (config field, rule(config, max_seq_length)): the prediction cap the official code derives from the length
     prediction_cap: tuple[str, Callable[[PretrainedConfig, int], int]] | None = None
+    # The paper's encoder (a key of BACKBONES; None: the objective works on no other, as XLNet's) and the objective's
+    # parts other than masking (fields of the composed config, see models/composed) when it runs on another encoder.
+    backbone: str | None = None
+    parts: dict[str, Any] = field(default_factory=dict)
 
 
 def bert_max_predictions(mlm_probability: float, max_seq_length: int) -> int:
@@ -77,6 +83,8 @@ VARIANTS: dict[str, Variant] = {
         DataCollatorForMaskedLM,
         "wordpiece",
         prediction_cap=("max_predictions_per_seq", lambda c, n: bert_max_predictions(c.mlm_probability, n)),
+        backbone="bert",
+        parts={"sentence_task": "nsp"},
     ),
     "roberta": Variant(
         "roberta",
@@ -85,6 +93,7 @@ VARIANTS: dict[str, Variant] = {
         DataCollatorForMaskedLM,
         "bpe",
         plain_auto_class="AutoModelForMaskedLM",
+        backbone="roberta",
     ),
     "spanbert": Variant(
         "spanbert",
@@ -93,9 +102,17 @@ VARIANTS: dict[str, Variant] = {
         DataCollatorForSpanMasking,
         "wordpiece",
         plain_auto_class="AutoModelForMaskedLM",
+        backbone="bert",
+        parts={"span_boundary_objective": True},
     ),
     "albert": Variant(
-        "albert", BertologyAlbertConfig, BertologyAlbertForPreTraining, DataCollatorForSpanMasking, "unigram"
+        "albert",
+        BertologyAlbertConfig,
+        BertologyAlbertForPreTraining,
+        DataCollatorForSpanMasking,
+        "unigram",
+        backbone="albert",
+        parts={"sentence_task": "sop"},
     ),
     "xlnet": Variant(
         "xlnet",
@@ -116,6 +133,8 @@ VARIANTS: dict[str, Variant] = {
         DataCollatorForMaskedLM,
         "wordpiece",
         prediction_cap=("max_predictions_per_seq", lambda c, n: electra_max_predictions(c.mlm_probability, n)),
+        backbone="electra",
+        parts={"replaced_token_detection": True, "embedding_sharing": "es"},  # + generator_hidden_fraction
     ),
     # Plain transformers loads the discriminator (DebertaV2Model, ...ForSequenceClassification); `bertology export
     # --deberta_v3_part generator` writes the generator as a DebertaV2ForMaskedLM.
@@ -129,6 +148,9 @@ VARIANTS: dict[str, Variant] = {
         plain_auto_class="AutoModel",
         prediction_cap=("max_predictions_per_seq", lambda c, n: deberta_max_predictions(c.mlm_probability, n)),
         padding_free=False,  # disentangled attention is DeBERTa's own code, not an AttentionInterface call
+        backbone="deberta",
+        # the generator at half the depth, same width (official rtd_*.json); + embedding_sharing
+        parts={"replaced_token_detection": True, "generator_layers_fraction": 0.5},
     ),
     "modernbert": Variant(
         "modernbert",
@@ -138,6 +160,7 @@ VARIANTS: dict[str, Variant] = {
         "bpe",
         plain_auto_class="AutoModelForMaskedLM",
         padding_free=False,  # its token stream has no padding to remove (full blocks), and it unpads on its own
+        backbone="modernbert",
     ),
 }
 
@@ -481,6 +504,178 @@ PRESETS.update(
 )
 
 
+# -- objectives on other encoders (models/composed) -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Backbone:
+    """An encoder an objective can run on: its composed classes, and the paper variant whose presets give its
+    architecture (activation, embedding size, positions, DeBERTa-v3's relative attention, ...) at each size."""
+
+    name: str
+    model_type: str
+    architecture_of: str
+    packable: bool  # its layers call transformers' AttentionInterface with the varlen keywords (padding-free)
+
+    @property
+    def config_class(self) -> type:
+        return COMPOSED_CONFIGS[self.model_type]
+
+    @property
+    def model_class(self) -> type:
+        return COMPOSED_MODELS[self.model_type]
+
+
+BACKBONES: dict[str, Backbone] = {
+    "bert": Backbone("bert", "bert", "bert", packable=True),
+    "roberta": Backbone("roberta", "roberta", "roberta", packable=True),
+    "albert": Backbone("albert", "albert", "albert", packable=True),
+    "electra": Backbone("electra", "electra", "electra", packable=True),
+    "deberta": Backbone("deberta", "deberta-v2", "deberta-v3", packable=False),  # DeBERTa-v2 classes, v3 settings
+    "modernbert": Backbone("modernbert", "modernbert", "modernbert", packable=False),
+}
+BACKBONE_ALIASES = {"deberta-v2": "deberta", "deberta-v3": "deberta"}
+SIZE_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
+# Set by the tokenizer (adapt_to_tokenizer) or by transformers, never taken from another preset.
+IDENTITY_FIELDS = {"vocab_size", "pad_token_id", "bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id"}
+IDENTITY_FIELDS |= {"architectures", "model_type", "transformers_version", "auto_map", "dtype", "id2label", "label2id"}
+# Objective fields that do not carry over: ELECTRA's two-stage switch needs its own model; the composed generator's
+# depth is `generator_layers_fraction`.
+NATIVE_ONLY_FIELDS = ("two_stage_generator_steps", "generator_num_hidden_layers")
+PART_FIELDS = ("sentence_task", "span_boundary_objective")
+SENTENCE_FORMATS = {"nsp": "nsp_pairs", "sop": "sop_pairs"}
+
+
+def _fields(config_class: type) -> set[str]:
+    return set(config_class().to_dict())
+
+
+def _family_config(config_class: type) -> type:
+    """The `transformers` config a hf_bertology config class extends (`BertConfig` for ours and composed ones)."""
+    return next(base for base in config_class.__mro__[1:] if base.__module__.startswith("transformers."))
+
+
+def _normalise_parts(parts: dict[str, Any]) -> dict[str, Any]:
+    parts = dict(parts)
+    if "sentence_task" in parts and str(parts["sentence_task"]).lower() in ("none", "", "false"):
+        parts["sentence_task"] = None
+    return parts
+
+
+def _parts_change(variant: Variant, requested: dict[str, Any]) -> bool:
+    defaults = {"sentence_task": None, "span_boundary_objective": False}
+    return any(value != variant.parts.get(name, defaults[name]) for name, value in requested.items())
+
+
+def _compose(name: str, variant: Variant, backbone_name: str, overrides: dict[str, Any]) -> Recipe:
+    """Preset `name`'s objective (masking, sentence task, SBO, RTD) and sizes on another encoder (`models/composed`).
+
+    The architecture is the backbone's own preset at the same size (`roberta-mini` for `electra-mini@roberta`; its
+    base preset where no such size exists), with the objective preset's layer sizes; every objective field of the
+    paper's config carries over, so the collator, the input format and the prediction cap are the paper's.
+    Combinations that cannot work are refused here with one line.
+    """
+    if variant.backbone is None:
+        raise BertologyError(
+            f"{name}: the {variant.name} objective runs only on its own encoder (XLNet's permutation LM needs "
+            "XLNet's two-stream attention and memory); pick another recipe for --backbone"
+        )
+    backbone = BACKBONES[backbone_name]
+    for field_name in NATIVE_ONLY_FIELDS:
+        if overrides.get(field_name) is not None:
+            raise BertologyError(f"{field_name} works only with the {variant.name} recipe's own encoder")
+    if overrides.get("replaced_token_detection") is not None:
+        raise BertologyError("replaced_token_detection comes with the electra and deberta-v3 objectives")
+    preset = PRESETS[name]
+    objective_config = get_recipe(name).config
+    native_fields = _fields(_family_config(variant.config_class))
+    objective = {
+        key: value
+        for key, value in objective_config.to_dict().items()
+        if key not in native_fields and key not in NATIVE_ONLY_FIELDS and not key.startswith("_")
+    }
+    size = name.rsplit("-", 1)[-1]
+    architecture_name = f"{backbone.architecture_of}-{size}"
+    if architecture_name not in PRESETS:
+        architecture_name = f"{backbone.architecture_of}-base"
+    family_fields = _fields(_family_config(backbone.config_class))
+    architecture = {
+        key: value
+        for key, value in get_recipe(architecture_name).config.to_dict().items()
+        if key in family_fields and key not in IDENTITY_FIELDS and not key.startswith("_")
+    }
+    values = {**architecture, **{key: getattr(objective_config, key) for key in SIZE_FIELDS}}
+    values.update(objective, **variant.parts, objective=variant.name, vocab_size=objective_config.vocab_size)
+    for key in ("pad_token_id", "bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id"):
+        if key in family_fields:  # the objective's tokenizer family (adapt_to_tokenizer sets the real ids)
+            values[key] = getattr(objective_config, key, None)
+    max_seq_length = preset["data"].get("max_seq_length", SMALL_DATA.get(size, {}).get("max_seq_length", 128))
+    if "type_vocab_size" in family_fields:  # segment B of NSP/SOP pairs and ELECTRA's segments
+        values["type_vocab_size"] = max(values.get("type_vocab_size") or 0, 2)
+    if "max_position_embeddings" in family_fields:  # RoBERTa's positions start after the padding index
+        needed = max_seq_length + (2 if backbone.model_type == "roberta" else 0)
+        values["max_position_embeddings"] = max(values.get("max_position_embeddings") or 0, needed)
+    requested = _normalise_parts({key: overrides[key] for key in PART_FIELDS if key in overrides})
+    values.update(requested)
+    if "sentence_task" in requested:
+        task = requested["sentence_task"]
+        if task is not None:
+            values["input_format"] = SENTENCE_FORMATS.get(task, values["input_format"])
+        elif values["input_format"] in SENTENCE_FORMATS.values():
+            values["input_format"] = "full_sentences"
+    if values.get("sentence_task") is not None and "type_vocab_size" not in family_fields:
+        raise BertologyError(
+            f"{values['sentence_task']} needs token types (segment embeddings) and {backbone.name} has none; "
+            "pass sentence_task=none in --config_overrides or pick another backbone"
+        )
+    if values.get("span_boundary_objective") and variant.collator_class is not DataCollatorForSpanMasking:
+        raise BertologyError(
+            f"span_boundary_objective needs span masking; the {variant.name} objective masks tokens (use spanbert)"
+        )
+    if values.get("replaced_token_detection") and values.get("sentence_task") is not None:
+        raise BertologyError("replaced-token detection with a sentence task is not supported; set sentence_task=none")
+    values.update({key: value for key, value in overrides.items() if key not in PART_FIELDS})
+    if values.get("replaced_token_detection") and not _can_share_embeddings(backbone, values):
+        if "embedding_sharing" in overrides and values["embedding_sharing"] != "nes":
+            raise BertologyError(
+                f"embedding_sharing={values['embedding_sharing']} needs the generator's word table as wide as the "
+                f"discriminator's, and {backbone.name} has no embedding projection: set generator_hidden_fraction=1.0 "
+                "or embedding_sharing=nes"
+            )
+        logger.warning(
+            "%s on %s: the generator (generator_hidden_fraction=%s) is narrower than the discriminator and %s has "
+            "no embedding projection, so the embeddings cannot be shared: embedding_sharing=nes",
+            variant.name,
+            backbone.name,
+            values.get("generator_hidden_fraction"),
+            backbone.name,
+        )
+        values["embedding_sharing"] = "nes"
+    try:
+        config = backbone.config_class(**values)
+    except ValueError as err:
+        raise BertologyError(f"{name}@{backbone.name}: {err}") from None
+    return Recipe(
+        name=f"{name}@{backbone.name}",
+        variant=variant.name,
+        config=config,
+        training_defaults=dict(preset["training"]),
+        vocab_size=objective_config.vocab_size,
+        max_seq_length=max_seq_length,
+        tokenizer_kwargs=dict(preset.get("tokenizer", {})),
+        explicit=frozenset(overrides),
+        backbone=backbone.name,
+    )
+
+
+def _can_share_embeddings(backbone: Backbone, values: dict[str, Any]) -> bool:
+    """Whether the generator's word table can have the discriminator's width: always with a factorised embedding
+    (ALBERT, ELECTRA `embedding_size`; DeBERTa's `embed_proj`), else only at the same hidden size."""
+    return (
+        backbone.model_type in ("albert", "electra", "deberta-v2") or values.get("generator_hidden_fraction", 1) == 1
+    )
+
+
 @dataclass
 class Recipe:
     """A preset made concrete: the config (architecture + objective) and everything needed to train it."""
@@ -493,10 +688,32 @@ class Recipe:
     max_seq_length: int
     tokenizer_kwargs: dict[str, Any] = field(default_factory=dict)
     explicit: frozenset[str] = frozenset()  # config fields the user set (get_recipe's overrides)
+    backbone: str | None = None  # another paper's encoder (BACKBONES) under this objective; None: the paper's own
 
     @property
     def spec(self) -> Variant:
+        """The objective's variant: collator, tokenizer family, prediction cap, Trainer."""
         return VARIANTS[self.variant]
+
+    @property
+    def config_class(self) -> type:
+        return BACKBONES[self.backbone].config_class if self.backbone else self.spec.config_class
+
+    @property
+    def model_class(self) -> type:
+        return BACKBONES[self.backbone].model_class if self.backbone else self.spec.model_class
+
+    @property
+    def plain_auto_class(self) -> str:
+        """The plain-transformers class that loads the checkpoint (a composed RTD model: its discriminator)."""
+        if self.backbone is None:
+            return self.spec.plain_auto_class
+        return "AutoModel" if self.config.replaced_token_detection else "AutoModelForMaskedLM"
+
+    @property
+    def padding_free(self) -> bool:
+        """Whether batches can be flattened (collators/flatten.py) for this model."""
+        return BACKBONES[self.backbone].packable if self.backbone else self.spec.padding_free
 
     @property
     def tokenizer_type(self) -> str:
@@ -545,11 +762,25 @@ class Recipe:
 
     def build_model(self):
         """A freshly initialised `Bertology*ForPreTraining` for this config."""
-        return self.spec.model_class(self.config)
+        return self.model_class(self.config)
 
     def build_collator(self, tokenizer: PreTrainedTokenizerBase, **overrides):
         """The collator the config's objective needs (`from_config`)."""
         return self.spec.collator_class.from_config(self.config, tokenizer, **overrides)
+
+
+def parse_overrides(text: str | None, separator: str = ",", flag: str = "--config_overrides") -> dict:
+    """`"a=1,b=0.5,c=true,d=gelu"` -> `{"a": 1, "b": 0.5, "c": True, "d": "gelu"}`."""
+    overrides = {}
+    for item in filter(None, (text or "").split(separator)):
+        if "=" not in item:
+            raise BertologyError(f"{flag} expects key=value pairs, got {item!r}")
+        key, raw = (part.strip() for part in item.split("=", 1))
+        try:
+            overrides[key] = json.loads(raw.lower() if raw.lower() in ("true", "false", "null") else raw)
+        except json.JSONDecodeError:
+            overrides[key] = raw
+    return overrides
 
 
 def list_recipes() -> list[str]:
@@ -557,12 +788,37 @@ def list_recipes() -> list[str]:
     return list(PRESETS)
 
 
-def get_recipe(name: str, **config_overrides) -> Recipe:
-    """The preset `name` with `config_overrides` applied to its config (e.g. `num_hidden_layers=6`)."""
+def get_recipe(name: str, backbone: str | None = None, **config_overrides) -> Recipe:
+    """The preset `name` with `config_overrides` applied to its config (e.g. `num_hidden_layers=6`).
+
+    `backbone` (or `name@backbone`, e.g. `electra-small@roberta`) runs the preset's objective on another encoder
+    (a key of `BACKBONES`); so does changing a part of the objective (`sentence_task`, `span_boundary_objective`).
+    Overrides can ride in the name too, after `+` (`deberta-v3-mini+embedding_sharing=es`, `bert-mini@roberta+
+    sentence_task=sop`), so that one recipe string (e.g. in `bertology compare --recipes`) names a variation.
+    """
+    full_name = name
+    if "+" in name:
+        name, _, extra = name.partition("+")
+        config_overrides = {**parse_overrides(extra, "+", f"recipe {full_name!r}"), **config_overrides}
+        recipe = get_recipe(name, backbone=backbone, **config_overrides)
+        recipe.name = full_name
+        return recipe
+    if "@" in name:
+        name, _, named_backbone = name.partition("@")
+        if backbone is not None and BACKBONE_ALIASES.get(backbone, backbone) != named_backbone:
+            raise BertologyError(f"recipe {name}@{named_backbone} and backbone {backbone!r} disagree")
+        backbone = named_backbone
     if name not in PRESETS:
         raise BertologyError(f"unknown recipe {name!r}; known: {', '.join(PRESETS)}")
     preset = PRESETS[name]
     variant = VARIANTS[preset["variant"]]
+    backbone = BACKBONE_ALIASES.get(backbone, backbone)
+    if backbone is not None and backbone not in BACKBONES:
+        raise BertologyError(f"unknown backbone {backbone!r}; known: {', '.join(BACKBONES)}")
+    parts = _normalise_parts({key: config_overrides[key] for key in PART_FIELDS if key in config_overrides})
+    if backbone not in (None, variant.backbone) or _parts_change(variant, parts):
+        return _compose(name, variant, backbone or variant.backbone, config_overrides)
+    config_overrides = {key: value for key, value in config_overrides.items() if key not in PART_FIELDS}
     data = dict(preset["data"])
     vocab_size = config_overrides.get("vocab_size", data.get("vocab_size", 30522))
     config = variant.config_class(**{**preset["config"], "vocab_size": vocab_size, **config_overrides})
@@ -579,7 +835,9 @@ def get_recipe(name: str, **config_overrides) -> Recipe:
 
 
 def variant_of(config: PretrainedConfig) -> Variant:
-    """The variant whose config class `config` is (for checkpoints loaded back)."""
+    """The variant whose config class `config` is, or whose objective a composed config holds (checkpoints)."""
+    if type(config) in COMPOSED_CONFIGS.values():
+        return VARIANTS[config.objective]
     for variant in VARIANTS.values():
         if type(config).__name__ == variant.config_class.__name__:
             return variant
@@ -587,3 +845,8 @@ def variant_of(config: PretrainedConfig) -> Variant:
         f"{type(config).__name__} (model_type {getattr(config, 'model_type', '?')!r}) is not a hf_bertology "
         "pretraining config; start from a --recipe instead"
     )
+
+
+def backbone_of_model_class(class_name: str) -> str | None:
+    """The backbone whose composed model class is named `class_name` (a checkpoint's `auto_map`), or None."""
+    return next((b.name for b in BACKBONES.values() if b.model_class.__name__ == class_name), None)

@@ -33,7 +33,15 @@ from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments, set
 
 from ..data import build_pretraining_dataset, load_corpus, tokenize_corpus
 from ..hub import push_from_training_args, save_folder, write_model_card
-from ..recipes import VARIANTS, Recipe, get_recipe, list_recipes
+from ..recipes import (
+    BACKBONES,
+    VARIANTS,
+    Recipe,
+    backbone_of_model_class,
+    get_recipe,
+    list_recipes,
+    parse_overrides,
+)
 from ..utils import BertologyError, logger, set_verbosity
 from .attention import configure_attention
 from .callbacks import callbacks_for
@@ -44,6 +52,13 @@ from .trainer import is_complete_checkpoint, last_complete_checkpoint
 class ModelArguments:
     recipe: str | None = field(
         default=None, metadata={"help": f"Preset to train (sizes, objective, defaults): {', '.join(list_recipes())}"}
+    )
+    backbone: str | None = field(
+        default=None,
+        metadata={
+            "help": "Run the recipe's objective on another encoder: bert, roberta, albert, electra, deberta, "
+            "modernbert (same as --recipe NAME@BACKBONE). Default: the recipe's own."
+        },
     )
     model_name_or_path: str | None = field(
         default=None,
@@ -242,28 +257,22 @@ def fit_warmup(training_args: TrainingArguments) -> TrainingArguments:
     return training_args
 
 
-def parse_overrides(text: str | None) -> dict:
-    """`"a=1,b=0.5,c=true,d=gelu"` -> `{"a": 1, "b": 0.5, "c": True, "d": "gelu"}`."""
-    overrides = {}
-    for item in filter(None, (text or "").split(",")):
-        if "=" not in item:
-            raise BertologyError(f"--config_overrides expects key=value pairs, got {item!r}")
-        key, raw = (part.strip() for part in item.split("=", 1))
-        try:
-            overrides[key] = json.loads(raw.lower() if raw.lower() in ("true", "false", "null") else raw)
-        except json.JSONDecodeError:
-            overrides[key] = raw
-    return overrides
-
-
 def checkpoint_variant(path: str):
     """The variant whose classes wrote checkpoint `path` (from the `auto_map` in its config.json), or None."""
     config_file = Path(path) / "config.json"
     if not config_file.is_file():
         return None
-    auto_map = json.loads(config_file.read_text()).get("auto_map", {})
-    classes = {ref.rsplit(".", 1)[-1] for ref in auto_map.values()}
+    config = json.loads(config_file.read_text())
+    classes = {ref.rsplit(".", 1)[-1] for ref in config.get("auto_map", {}).values()}
+    if any(backbone_of_model_class(name) for name in classes) and config.get("objective") in VARIANTS:
+        return VARIANTS[config["objective"]]  # an objective on another encoder (models/composed)
     return next((v for v in VARIANTS.values() if v.model_class.__name__ in classes), None)
+
+
+def checkpoint_backbone(path: str) -> str | None:
+    """The backbone of a composed checkpoint `path` (an objective on another encoder), else None."""
+    auto_map = json.loads((Path(path) / "config.json").read_text()).get("auto_map", {})
+    return next(filter(None, (backbone_of_model_class(ref.rsplit(".", 1)[-1]) for ref in auto_map.values())), None)
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model")
@@ -304,16 +313,19 @@ def build_recipe(model_args: ModelArguments) -> Recipe:
     overrides = parse_overrides(model_args.config_overrides)
     source = model_args.model_name_or_path or model_args.config_name
     if model_args.recipe:
-        recipe = get_recipe(model_args.recipe, **overrides)
+        recipe = get_recipe(model_args.recipe, backbone=model_args.backbone, **overrides)
     elif source and checkpoint_variant(source) is not None:
-        variant = checkpoint_variant(source)
-        config = variant.config_class.from_pretrained(source, **overrides)
-        return Recipe(source, variant.name, config, {}, config.vocab_size, min(512, max_positions(config)))
+        variant, backbone = checkpoint_variant(source), checkpoint_backbone(source)
+        config_class = BACKBONES[backbone].config_class if backbone else variant.config_class
+        config = config_class.from_pretrained(source, **overrides)
+        recipe = Recipe(source, variant.name, config, {}, config.vocab_size, min(512, max_positions(config)))
+        recipe.backbone = backbone
+        return recipe
     else:
         raise BertologyError("give --recipe NAME (or --model_name_or_path of a checkpoint written by hf_bertology)")
     if source:
         check_family(source, recipe)
-        recipe.config = recipe.spec.config_class.from_pretrained(source, **overrides)
+        recipe.config = recipe.config_class.from_pretrained(source, **overrides)
     return recipe
 
 
@@ -469,7 +481,7 @@ def set_lengths(recipe: Recipe, tokenizer, data_args: DataArguments, model_args:
 def build_model(recipe: Recipe, model_args: ModelArguments):
     """The pretraining model: the recipe's, freshly initialised, or `--model_name_or_path` with the recipe's config."""
     if model_args.model_name_or_path:
-        model = recipe.spec.model_class.from_pretrained(model_args.model_name_or_path, config=recipe.config)
+        model = recipe.model_class.from_pretrained(model_args.model_name_or_path, config=recipe.config)
     else:
         model = recipe.build_model()
     logger.info("%s: %s parameters", type(model).__name__, f"{model.num_parameters():,}")
@@ -486,7 +498,7 @@ def configure_batches(recipe: Recipe, model, collator, model_args: ModelArgument
         if padding_free:
             raise BertologyError("--padding_free does not work with --streaming yet; pass --padding_free false")
         padding_free = False
-    return configure_attention(model, collator, padding_free, model_args.attn_implementation, recipe.spec.padding_free)
+    return configure_attention(model, collator, padding_free, model_args.attn_implementation, recipe.padding_free)
 
 
 def build_datasets(
@@ -580,7 +592,7 @@ def write_outputs(trainer, recipe: Recipe, data_args: DataArguments, metrics: di
             steps=trainer.state.global_step,
             tokens_seen=int(trainer.state.num_input_tokens_seen or 0),
             final_losses=final_losses,
-            plain_auto_class=recipe.spec.plain_auto_class,
+            plain_auto_class=recipe.plain_auto_class,
             repo_id=(push_args.hub_model_id or Path(output_dir).absolute().name) if pushing else None,
         )
         with open(os.path.join(output_dir, "all_results.json"), "w") as handle:

@@ -1,0 +1,332 @@
+"""Every objective on every encoder (models/composed): the matrix of allowed cells, the refusals, and for each cell the
+paper's masking, a falling loss, plain-transformers loading, RTD gradient isolation and padding-free equivalence."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from transformers import AutoModel, AutoModelForMaskedLM
+
+from hf_bertology.collators.flatten import flatten_batch
+from hf_bertology.data import build_pretraining_dataset, load_corpus, tokenize_corpus
+from hf_bertology.recipes import BACKBONES, VARIANTS, get_recipe
+from hf_bertology.training import pretrain
+from hf_bertology.training.attention import PACKED_ATTENTION, set_attention, use_padding_free
+from hf_bertology.training.trainer import BertologyTrainer
+from hf_bertology.utils import BertologyError
+from platform_support import pretrain_argv, subprocess_env, write_corpus
+
+NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+# (objective, backbone) -> the start of the one line that refuses it
+REFUSED = {
+    **{("xlnet", backbone): "xlnet-tiny: the xlnet objective runs only on its own encoder" for backbone in BACKBONES},
+    ("bert", "modernbert"): "nsp needs token types (segment embeddings) and modernbert has none",
+    ("albert", "modernbert"): "sop needs token types (segment embeddings) and modernbert has none",
+}
+CELLS = [
+    (objective, backbone)
+    for objective, spec in VARIANTS.items()
+    for backbone in BACKBONES
+    if backbone != spec.backbone and (objective, backbone) not in REFUSED
+]
+RTD_CELLS = [cell for cell in CELLS if VARIANTS[cell[0]].parts.get("replaced_token_detection")]
+PACKABLE_CELLS = [cell for cell in CELLS if BACKBONES[cell[1]].packable]
+
+
+def cell_id(cell) -> str:
+    return f"{cell[0]}@{cell[1]}"
+
+
+def test_the_matrix_is_every_objective_on_every_encoder():
+    assert len(CELLS) == 33  # 7 objectives x 6 encoders - 7 native pairs - 2 sentence tasks on ModernBERT
+    assert {backbone for _, backbone in CELLS} == set(BACKBONES)
+    assert {objective for objective, _ in CELLS} == set(VARIANTS) - {"xlnet"}
+
+
+@pytest.mark.parametrize("cell", sorted(REFUSED), ids=cell_id)
+def test_impossible_cells_are_refused_in_one_line(cell):
+    with pytest.raises(BertologyError, match="^" + re.escape(REFUSED[cell])) as err:
+        get_recipe(f"{cell[0]}-tiny", backbone=cell[1])
+    assert "\n" not in str(err.value)
+
+
+def test_part_and_sharing_refusals():
+    with pytest.raises(BertologyError, match="span_boundary_objective needs span masking"):
+        get_recipe("roberta-tiny", span_boundary_objective=True)
+    with pytest.raises(BertologyError, match="has no embedding projection: set generator_hidden_fraction=1.0"):
+        get_recipe("electra-tiny@roberta", embedding_sharing="es")
+    with pytest.raises(BertologyError, match="replaced-token detection with a sentence task"):
+        get_recipe("electra-tiny@roberta", sentence_task="nsp")
+    with pytest.raises(BertologyError, match="two_stage_generator_steps works only"):
+        get_recipe("electra-tiny@albert", two_stage_generator_steps=10)
+    with pytest.raises(BertologyError, match="unknown backbone 'gpt2'; known: bert, roberta"):
+        get_recipe("bert-tiny", backbone="gpt2")
+
+
+def test_paper_recipes_keep_their_own_classes():
+    for name, spec in VARIANTS.items():
+        native = get_recipe(f"{name}-tiny", backbone=spec.backbone) if spec.backbone else get_recipe(f"{name}-tiny")
+        assert type(native.config) is spec.config_class and native.backbone is None and native.name == f"{name}-tiny"
+    # the same part as the paper's is no change either
+    assert get_recipe("bert-tiny", sentence_task="nsp").backbone is None
+
+
+def test_parts_compose_on_a_papers_own_encoder():
+    recipe = get_recipe("roberta-tiny", sentence_task="sop")  # RoBERTa with ALBERT's sentence-order task
+    assert recipe.name == "roberta-tiny@roberta" and recipe.config.input_format == "sop_pairs"
+    recipe = get_recipe("bert-tiny", sentence_task="none")  # BERT without NSP
+    assert recipe.config.sentence_task is None and recipe.config.input_format == "full_sentences"
+    recipe = get_recipe("albert-tiny", span_boundary_objective=True)  # ALBERT's n-grams + SpanBERT's SBO
+    assert recipe.config.sentence_task == "sop" and recipe.config.sbo_max_targets == 15
+
+
+def test_a_cell_takes_the_objective_and_the_encoders_architecture():
+    recipe = get_recipe("electra-small@albert")
+    config, electra = recipe.config, get_recipe("electra-small").config
+    assert config.model_type == "albert" and config.objective == "electra"
+    assert (config.hidden_size, config.num_hidden_layers, config.intermediate_size) == (256, 12, 1024)
+    assert config.embedding_size == 128 and config.hidden_act == "gelu_new"  # ALBERT's own (albert-base)
+    for key in ("mlm_probability", "mask_replace_prob", "max_predictions_per_seq", "discriminator_weight"):
+        assert getattr(config, key) == getattr(electra, key), key
+    assert config.generator_hidden_fraction == 0.25 and config.embedding_sharing == "es"
+    assert recipe.training_defaults == get_recipe("electra-small").training_defaults
+    deberta = get_recipe("deberta-v3-tiny@roberta").config
+    assert deberta.embedding_sharing == "gdes" and deberta.generator_layers_fraction == 0.5
+    assert deberta.discriminator_weight == get_recipe("deberta-v3-tiny").config.discriminator_weight
+
+
+# -- per cell: batches, losses, gradients ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def corpus(corpus_file):
+    return load_corpus(train_files=[str(corpus_file)])
+
+
+@pytest.fixture(scope="module")
+def tokenizers(corpus):
+    """One trained tokenizer per objective (its family), shared by its cells and its paper recipe."""
+    out = {}
+    for objective in VARIANTS:
+        if objective != "xlnet":
+            out[objective] = get_recipe(f"{objective}-tiny").train_tokenizer(corpus["text"], 300)
+    return out
+
+
+_SETUPS: dict = {}
+
+
+def setup(cell, corpus, tokenizers):
+    """(recipe, collator, 6 examples) of a cell, built once."""
+    if cell not in _SETUPS:
+        objective, backbone = cell
+        recipe = get_recipe(f"{objective}-tiny", backbone=backbone, **NO_DROPOUT)
+        tokenizer = tokenizers[objective]
+        recipe.adapt_to_tokenizer(tokenizer)
+        recipe.fit_to_length(48)
+        examples = build_pretraining_dataset(tokenize_corpus(corpus, tokenizer), tokenizer, recipe.config, 48, 0)
+        features = [examples[i] for i in range(6)]
+        _SETUPS[cell] = (recipe, recipe.build_collator(tokenizer, seed=3), features)
+    return _SETUPS[cell]
+
+
+@pytest.mark.parametrize("cell", CELLS, ids=cell_id)
+def test_cell_masks_exactly_as_the_papers_recipe(cell, corpus, tokenizers):
+    """The collator, input format and prediction cap are the objective's: the same examples give the same batch as
+    the paper's recipe, so the masking statistics tested for the six recipes hold on every encoder."""
+    recipe, collator, features = setup(cell, corpus, tokenizers)
+    paper = get_recipe(f"{cell[0]}-tiny")
+    paper.adapt_to_tokenizer(tokenizers[cell[0]])
+    paper.fit_to_length(48)
+    assert recipe.config.input_format == paper.config.input_format
+    theirs = paper.build_collator(tokenizers[cell[0]], seed=3)(features)
+    ours = collator(features)
+    assert ours.keys() == theirs.keys()
+    for key in ours:
+        assert torch.equal(ours[key], theirs[key]), key
+
+
+@pytest.mark.parametrize("cell", CELLS, ids=cell_id)
+def test_cell_loss_falls_on_a_repeated_batch(cell, corpus, tokenizers):
+    recipe, collator, features = setup(cell, corpus, tokenizers)
+    batch = collator(features)
+    torch.manual_seed(0)
+    model = recipe.build_model().train()
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-3)
+    losses = []
+    for step in range(8):
+        torch.manual_seed(step)  # RTD samples its replacements
+        loss = model(**batch).loss
+        assert torch.isfinite(loss)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.95 * losses[0], losses  # 8 AdamW steps on one batch: at least 5% down
+
+
+def _generator_only(model) -> dict[str, torch.nn.Parameter]:
+    shared = {id(p) for name, p in model.named_parameters() if not name.startswith("generator.")}
+    return {n: p for n, p in model.generator.named_parameters() if id(p) not in shared and p.requires_grad}
+
+
+@pytest.mark.parametrize("cell", RTD_CELLS, ids=cell_id)
+def test_rtd_sends_nothing_into_generator_only_weights(cell, corpus, tokenizers):
+    recipe, collator, features = setup(cell, corpus, tokenizers)
+    torch.manual_seed(0)
+    model = recipe.build_model().train()
+    torch.manual_seed(1)
+    out = model(**collator(features))
+    out.rtd_loss.backward(retain_graph=True)
+    generator_only = _generator_only(model)
+    assert generator_only, "the generator has weights of its own"
+    for name, param in generator_only.items():
+        assert param.grad is None or not param.grad.any(), f"RTD reached generator.{name}"
+    disc_grads = [p.grad for n, p in model.named_parameters() if not n.startswith("generator.") and p.requires_grad]
+    assert any(g is not None and g.any() for g in disc_grads)
+    if recipe.config.embedding_sharing == "gdes":  # the residual takes RTD, the generator's table MLM only
+        assert model.gdes.delta.grad.any()
+        model.zero_grad()
+        out.mlm_loss.backward()
+        assert model.gdes.delta.grad is None or not model.gdes.delta.grad.any()
+        assert model.generator.get_input_embeddings().weight.grad.any()
+
+
+def test_sharing_modes_on_another_encoder(tmp_path, corpus, tokenizers):
+    """ES ties the tables, NES keeps two, GDES saves E_G + Δ as the discriminator's table."""
+    es = get_recipe("deberta-v3-tiny@roberta", embedding_sharing="es").build_model()
+    assert es.generator.roberta.embeddings.word_embeddings.weight is es.roberta.embeddings.word_embeddings.weight
+    assert es.generator.lm_head.decoder.weight is es.roberta.embeddings.word_embeddings.weight
+    nes = get_recipe("deberta-v3-tiny@roberta", embedding_sharing="nes").build_model()
+    assert nes.generator.roberta.embeddings.word_embeddings.weight is not nes.roberta.embeddings.word_embeddings.weight
+    assert nes.generator.lm_head.decoder.weight is nes.generator.roberta.embeddings.word_embeddings.weight
+    gdes = get_recipe("deberta-v3-tiny@roberta").build_model()
+    with torch.no_grad():
+        gdes.gdes.delta.normal_()
+    state = gdes.state_dict()
+    expected = gdes.generator.roberta.embeddings.word_embeddings.weight + gdes.gdes.delta
+    torch.testing.assert_close(state["roberta.embeddings.word_embeddings.weight"], expected)
+
+
+@pytest.mark.parametrize("cell", PACKABLE_CELLS, ids=cell_id)
+def test_cell_padding_free_equals_padded(cell, corpus, tokenizers):
+    recipe, collator, features = setup(cell, corpus, tokenizers)
+    padded = collator(features)
+    flat = flatten_batch(padded)
+    torch.manual_seed(0)
+    model = set_attention(recipe.build_model(), PACKED_ATTENTION).train()
+
+    class _Args:
+        average_tokens_across_devices, world_size = False, 1
+
+    host = type("Host", (), {"model_accepts_loss_kwargs": True, "args": _Args()})()
+    counts = BertologyTrainer._get_num_items_in_batch(host, [padded], torch.device("cpu"))
+    results = []
+    for batch in (padded, flat):
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(11)
+        output = model(**batch, num_items_in_batch=counts)
+        output.loss.backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results.append((output, grads))
+    (out_padded, grads_padded), (out_flat, grads_flat) = results
+    for key, value in out_padded.items():
+        if torch.is_tensor(value) and value.dim() == 0:
+            torch.testing.assert_close(out_flat[key], value, rtol=1e-5, atol=1e-5, msg=key)
+    assert grads_padded.keys() == grads_flat.keys()
+    for name, grad in grads_padded.items():
+        torch.testing.assert_close(grads_flat[name], grad, rtol=1e-5, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("cell", PACKABLE_CELLS, ids=cell_id)
+def test_cell_no_example_sees_another_in_a_packed_row(cell, corpus, tokenizers):
+    """Leakage by gradient through the whole model: example j's loss depends on no other example's tokens."""
+    recipe, collator, features = setup(cell, corpus, tokenizers)
+    flat = flatten_batch(collator(features))
+    torch.manual_seed(0)
+    model = use_padding_free(recipe.build_model()).eval()
+    cu = flat["cu_seq_lens_q"].long()
+    table = model.base_model.get_input_embeddings()
+    embeds = table(flat["input_ids"]).detach().requires_grad_(True)  # (1, T, E)
+    inputs = model._backbone_inputs(None, flat.get("token_type_ids"), flat["position_ids"], {
+        key: flat[key] for key in ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
+    })  # fmt: skip
+    hidden = model.base_model(inputs_embeds=embeds, **inputs).last_hidden_state  # (1, T, H)
+    for j in range(len(cu) - 1):
+        (grad,) = torch.autograd.grad(hidden[0, cu[j] : cu[j + 1]].sum(), embeds, retain_graph=True)
+        touched = grad[0].abs().sum(-1) > 0
+        inside = torch.zeros_like(touched)
+        inside[cu[j] : cu[j + 1]] = True
+        assert touched[inside].all() and not touched[~inside].any(), f"example {j}"
+
+
+# -- through `bertology pretrain`, then plain transformers -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cli_corpus(tmp_path_factory):
+    return write_corpus(tmp_path_factory.mktemp("composed") / "corpus.txt")
+
+
+@pytest.mark.parametrize("cell", CELLS, ids=cell_id)
+def test_cell_pretrains_and_plain_transformers_loads_it(cell, cli_corpus, tmp_path):
+    objective, backbone = cell
+    out = tmp_path / "out"
+    pretrain.main(pretrain_argv(f"{objective}-tiny", cli_corpus, out, "--backbone", backbone, "--max_steps", "2"))
+    results = json.loads((out / "all_results.json").read_text())
+    assert torch.isfinite(torch.tensor(results["train_loss"]))
+    config = json.loads((out / "config.json").read_text())
+    recipe = get_recipe(f"{objective}-tiny", backbone=backbone)
+    assert config["model_type"] == recipe.config.model_type and config["objective"] == objective
+    ours = recipe.model_class.from_pretrained(out).eval()
+    ids = torch.randint(5, ours.config.vocab_size, (2, 9))
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0
+    rtd = recipe.config.replaced_token_detection
+    plain_class = AutoModel if rtd else AutoModelForMaskedLM
+    plain, info = plain_class.from_pretrained(out, output_loading_info=True)
+    assert type(plain).__module__.startswith("transformers.models.")
+    assert info["missing_keys"] == set() or info["missing_keys"] == [], info["missing_keys"]
+    with torch.no_grad():
+        if rtd:  # the discriminator (under GDES: the saved table is E_G + Δ)
+            theirs = plain.eval()(input_ids=ids, attention_mask=mask).last_hidden_state
+            mine = ours.discriminate(ids, attention_mask=mask).last_hidden_state
+        else:
+            theirs = plain.eval()(input_ids=ids, attention_mask=mask).logits
+            mine = ours(input_ids=ids, attention_mask=mask).logits
+    torch.testing.assert_close(mine[mask.bool()], theirs[mask.bool()], rtol=1e-4, atol=1e-4)
+
+
+REMOTE = textwrap.dedent(
+    """
+    import json, sys
+    sys.modules["hf_bertology"] = None  # hf_bertology cannot be imported in this process
+    import torch
+    from transformers import AutoModelForPreTraining
+    model = AutoModelForPreTraining.from_pretrained(sys.argv[1], trust_remote_code=True)
+    ids = torch.tensor([[2, 7, 8, 9, 10, 3]])
+    labels = torch.full_like(ids, -100)
+    labels[0, 2] = 8
+    torch.manual_seed(0)
+    print(json.dumps({"class": type(model).__name__, "loss": model(input_ids=ids, labels=labels).loss.item()}))
+    """
+)
+
+
+@pytest.mark.parametrize("cell", [("spanbert", "albert"), ("deberta-v3", "electra")], ids=cell_id)
+def test_cell_loads_with_remote_code_without_hf_bertology(cell, cli_corpus, tmp_path):
+    out = tmp_path / "out"
+    pretrain.main(pretrain_argv(f"{cell[0]}-tiny", cli_corpus, out, "--backbone", cell[1], "--max_steps", "1"))
+    result = subprocess.run(
+        [sys.executable, "-c", REMOTE, str(out)], env=subprocess_env(PYTHONPATH=""), capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    assert loaded["class"] == get_recipe(f"{cell[0]}-tiny", backbone=cell[1]).model_class.__name__
+    assert torch.isfinite(torch.tensor(loaded["loss"]))
