@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 import torch
-from transformers import AutoModel, AutoModelForMaskedLM
+from transformers import AutoModel, AutoModelForMaskedLM, RobertaConfig
 
 from hf_bertology.collators.flatten import flatten_batch
 from hf_bertology.data import build_pretraining_dataset, load_corpus, tokenize_corpus
@@ -84,6 +84,14 @@ def test_parts_compose_on_a_papers_own_encoder():
     assert recipe.config.sentence_task is None and recipe.config.input_format == "full_sentences"
     recipe = get_recipe("albert-tiny", span_boundary_objective=True)  # ALBERT's n-grams + SpanBERT's SBO
     assert recipe.config.sentence_task == "sop" and recipe.config.sbo_max_targets == 15
+
+
+def test_readme_python_lines():
+    """README, "Any objective on any encoder": the two spellings give the same RoBERTa-based recipe."""
+    recipe = get_recipe("deberta-v3-small", backbone="roberta")
+    assert recipe.config.to_dict() == get_recipe("deberta-v3-small@roberta").config.to_dict()
+    assert isinstance(recipe.config, RobertaConfig) and recipe.config.model_type == "roberta"
+    assert recipe.config.objective == "deberta-v3" and recipe.config.replaced_token_detection
 
 
 def test_a_cell_takes_the_objective_and_the_encoders_architecture():
@@ -322,7 +330,8 @@ REMOTE = textwrap.dedent(
 @pytest.mark.parametrize("cell", [("spanbert", "albert"), ("deberta-v3", "electra")], ids=cell_id)
 def test_cell_loads_with_remote_code_without_hf_bertology(cell, cli_corpus, tmp_path):
     out = tmp_path / "out"
-    pretrain.main(pretrain_argv(f"{cell[0]}-tiny", cli_corpus, out, "--backbone", cell[1], "--max_steps", "1"))
+    # the README's `--recipe NAME@BACKBONE` form (the other tests pass --backbone)
+    pretrain.main(pretrain_argv(f"{cell[0]}-tiny@{cell[1]}", cli_corpus, out, "--max_steps", "1"))
     result = subprocess.run(
         [sys.executable, "-c", REMOTE, str(out)], env=subprocess_env(PYTHONPATH=""), capture_output=True, text=True
     )
