@@ -26,7 +26,14 @@ layouts; the first steps, which compile, are warm-up).
 Trainer twice: ours (`BertologyTrainer`, our collator, padding-free, sparse heads, `--compile` if given) and plain
 transformers (`BertForPreTraining` / `RobertaForMaskedLM` + `DataCollatorForLanguageModeling` + the stock
 `Trainer`), on the same examples, same batch, bf16, SDPA, fused AdamW, TF32. Real tokens/s and MFU (each model's
-counted FLOPs) are compared in the same run.
+counted FLOPs) are compared in the same run. Ours runs with `bertology pretrain`'s own defaults (no NaN filter,
+non-blocking batch copies on a GPU).
+
+**Host syncs** (`--vs_plain --count_syncs`, any machine): the same two Trainer runs under
+`hf_bertology.testing.HostSyncs`, untimed: the operations per optimizer step that make the host wait for the device
+(`.item()`, boolean indexing, `nonzero`, ...), and where they are. On a GPU each one stops the host from queueing the
+next kernels while the device works, so the Trainer's Python, the data loading and the launches land on the
+critical path.
 """
 
 from __future__ import annotations
@@ -189,8 +196,9 @@ def measure_trainer(name: str, args: dict, which: str) -> dict:
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainerCallback, TrainingArguments
 
     from hf_bertology.collators.flatten import PaddingFreeCollator
+    from hf_bertology.testing import HostSyncs
     from hf_bertology.training.attention import configure_attention
-    from hf_bertology.training.trainer import BertologyTrainer
+    from hf_bertology.training.pretrain import PRETRAIN_DEFAULTS, device_defaults, trainer_class
 
     torch.manual_seed(0)
     cuda = torch.cuda.is_available()
@@ -215,12 +223,15 @@ def measure_trainer(name: str, args: dict, which: str) -> dict:
         model, collator = configure_attention(
             model, recipe.build_collator(tokenizer), None, None, recipe.spec.padding_free
         )
-        trainer_cls = BertologyTrainer
+        trainer_cls = trainer_class(recipe.spec.trainer_class)  # BertologyTrainer (XLNet: its subclass)
 
     batch = collator([examples[i] for i in range(batch_size)])
     flops, tokens = count_flops(model, [batch])
     flops_per_token = flops / tokens
     marks: dict[str, float] = {}
+
+    # Operations run in the DataLoader touch host tensors on a GPU machine too: not syncs.
+    syncs = HostSyncs(ignore=("hf_bertology/collators/", "torch/utils/data/", "accelerate/data_loader.py"))
 
     class Clock(TrainerCallback):
         def on_step_end(self, targs, state, control, **kwargs):
@@ -229,9 +240,13 @@ def measure_trainer(name: str, args: dict, which: str) -> dict:
                     torch.cuda.synchronize()
                 marks[f"t{state.global_step}"] = time.perf_counter()
                 marks[f"n{state.global_step}"] = state.num_input_tokens_seen
+                marks[f"s{state.global_step}"] = syncs.sites.copy()
             if state.global_step == warmup and cuda:
                 torch.cuda.reset_peak_memory_stats()
 
+    # `bertology pretrain`'s defaults that bear on speed (the count of real tokens is already set below)
+    ours_defaults = {"logging_nan_inf_filter": PRETRAIN_DEFAULTS["logging_nan_inf_filter"]}
+    ours_defaults.update({k: v for k, v in device_defaults(set()).items() if k == "accelerator_config"})
     with tempfile.TemporaryDirectory() as tmp:
         training_args = TrainingArguments(
             output_dir=tmp,
@@ -240,7 +255,7 @@ def measure_trainer(name: str, args: dict, which: str) -> dict:
             learning_rate=1e-4,
             bf16=cuda,
             tf32=cuda or None,
-            optim="adamw_torch_fused" if cuda else "adamw_torch",
+            optim="adamw_torch_fused",  # on a CPU too (torch >= 2.4): the stock default
             torch_compile=bool(args["compile"]) and which == "ours",
             save_strategy="no",
             logging_steps=10**9,
@@ -250,12 +265,18 @@ def measure_trainer(name: str, args: dict, which: str) -> dict:
             dataloader_num_workers=args["workers"],
             use_cpu=not cuda,
             disable_tqdm=True,
+            **(ours_defaults if which == "ours" else {}),
         )
         trainer = trainer_cls(model=model, args=training_args, train_dataset=examples, data_collator=collator)
         trainer.add_callback(Clock())
-        trainer.train()
+        if args["count_syncs"]:
+            with syncs:
+                trainer.train()
+        else:
+            trainer.train()
     seconds = marks[f"t{warmup + steps}"] - marks[f"t{warmup}"]
     real = marks[f"n{warmup + steps}"] - marks[f"n{warmup}"]
+    per_step = marks[f"s{warmup + steps}"] - marks[f"s{warmup}"]
     device_name = torch.cuda.get_device_name() if cuda else "cpu"
     peak = device_peak(device_name) if cuda else None
     return {
@@ -268,6 +289,8 @@ def measure_trainer(name: str, args: dict, which: str) -> dict:
         "tflops": flops_per_token * real / seconds / 1e12,
         "mfu": flops_per_token * real / seconds / peak if peak else None,
         "peak_mib": torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
+        "syncs_per_step": sum(per_step.values()) / steps if args["count_syncs"] else None,
+        "sync_sites": {site: n / steps for site, n in per_step.most_common()} if args["count_syncs"] else None,
     }
 
 
@@ -337,6 +360,18 @@ def print_vs_plain(rows: list[dict]) -> None:
         )
 
 
+def print_syncs(rows: list[dict]) -> None:
+    print(f"\nhost syncs per optimizer step through a Trainer on {rows[0]['device']} (steps after warm-up)")
+    print("| recipe | run | batch | padding-free | syncs per step | where |")
+    print("|---|---|---|---|---:|---|")
+    for row in rows:
+        where = "; ".join(f"{n:g}× {site}" for site, n in row["sync_sites"].items()) or "—"
+        print(
+            f"| {row['recipe']} | {row['which']} | {row['batch']} | {'yes' if row['padding_free'] else 'no'} "
+            f"| {row['syncs_per_step']:g} | {where} |"
+        )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--recipes", help="comma-separated (default: every *-mini recipe in the registry)")
@@ -350,6 +385,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--padded_only", action="store_true", help="time the padded layout only")
     parser.add_argument("--vs_plain", action="store_true", help="Trainer runs: ours vs plain transformers")
     parser.add_argument("--workers", type=int, default=4, help="DataLoader workers of --vs_plain runs")
+    parser.add_argument("--count_syncs", action="store_true", help="--vs_plain: count host syncs per step (untimed)")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args(argv)
 
@@ -358,7 +394,10 @@ def main(argv: list[str] | None = None) -> None:
     recipes = args.recipes.split(",") if args.recipes else [name for name in PRESETS if name.endswith("-mini")]
     if not Path(args.text).is_file():
         raise SystemExit(f"text file not found: {args.text} (pass --text)")
+    if args.count_syncs and not args.vs_plain:
+        raise SystemExit("--count_syncs counts the syncs of the Trainer runs: pass --vs_plain too")
     keys = ("seq_len", "batch_size", "steps", "vocab_size", "text", "device", "compile", "padded_only", "workers")
+    keys += ("count_syncs",)
     settings = {k: getattr(args, k) for k in keys}
     rows = []
     for name in recipes:
@@ -372,7 +411,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"measured {name}: {json.dumps(rows[-1])}", file=sys.stderr, flush=True)
         if args.json:  # after every recipe: a run stopped part-way keeps what it measured
             Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
-    print_vs_plain(rows) if args.vs_plain else print_layouts(rows)
+    if args.count_syncs:
+        print_syncs(rows)
+    else:
+        print_vs_plain(rows) if args.vs_plain else print_layouts(rows)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import subprocess
 
 import pytest
@@ -197,8 +196,6 @@ def test_trainer_masks_are_those_of_masked_example(run_files):
 
 
 def test_two_processes_mask_as_one(run_files, tmp_path):
-    if shutil.which("torchrun") is None:
-        pytest.skip("torchrun is not on PATH")
     root, corpus, tokenizer_dir = run_files
     spec = {
         "recipe": "bert-tiny", "tokenizer": str(tokenizer_dir), "train_file": str(corpus), "examples": 8,

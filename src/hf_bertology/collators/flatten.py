@@ -19,6 +19,12 @@ What else changes, so that every head reads its own example:
 
 Flattening is a cheap wrapper around the padded collators rather than a second code path in each of them: the
 masking statistics are exactly those of the padded batch (the same draws), which the tests check.
+
+**Target positions.** Both wrappers here (`PaddingFreeCollator`, and `TargetPositionsCollator` for padded batches) also
+add the flat indices of the labelled tokens (`target_positions` for `labels`, `sbo_target_positions` for
+`sbo_labels`; `(M,)` int64 into `labels.flatten()`). They are computed on the host, in the DataLoader, where they
+cost nothing; the models' sparse heads gather those tokens with `index_select`. Without them a head selects with a
+boolean index (`hidden[labels != -100]`), whose output size the host must read from the device: a sync every step.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ import torch
 POSITION_KEYS = ("sbo_boundaries",)
 # Keyword arguments of variable-length attention (transformers' `FlashAttentionKwargs` names).
 PACKED_KEYS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "packed_slots")
+# Label keys -> the key of their labelled tokens' flat indices (module docstring, "Target positions").
+TARGET_POSITIONS = {"labels": "target_positions", "sbo_labels": "sbo_target_positions"}
 # Keys that cannot be flattened (XLNet's permutation inputs are (B, L, L) / (B, P, L) by construction).
 UNFLATTENABLE = ("perm_mask", "target_mapping")
 
@@ -79,18 +87,27 @@ def flatten_batch(batch: dict[str, torch.Tensor]) -> dict[str, Any]:
     return flat
 
 
-class PaddingFreeCollator:
-    """Wraps one of our collators: it collates (and masks) a padded batch as always, then `flatten_batch`.
+def add_target_positions(batch: dict[str, Any]) -> dict[str, Any]:
+    """`batch` with the flat indices of every label key's labelled tokens (module docstring, "Target positions")."""
+    for key, name in TARGET_POSITIONS.items():
+        labels = batch.get(key)
+        if torch.is_tensor(labels):
+            batch[name] = labels.flatten().ne(-100).nonzero().squeeze(1)
+    return batch
 
-    `collator = PaddingFreeCollator(recipe.build_collator(tokenizer))`; the model needs an attention
-    implementation that reads `cu_seq_lens_q` (`hf_bertology.training.attention.use_padding_free(model)`).
+
+class TargetPositionsCollator:
+    """Wraps one of our collators: its padded batch, plus the labelled tokens' flat indices (`add_target_positions`).
+
+    Not for streamed batches that accelerate dispatches across processes: it slices every tensor along its first
+    dimension, which flat indices do not survive.
     """
 
     def __init__(self, collator):
         self.collator = collator
 
     def __call__(self, features):
-        return flatten_batch(self.collator(features))
+        return add_target_positions(self.collator(features))
 
     def __getattr__(self, name):  # callers read the wrapped collator's settings (tokenizer, seed, ...)
         if "collator" not in self.__dict__:  # while unpickling (DataLoader workers)
@@ -98,7 +115,27 @@ class PaddingFreeCollator:
         return getattr(self.__dict__["collator"], name)
 
     def __repr__(self) -> str:
-        return f"PaddingFreeCollator({self.collator!r})"
+        return f"{type(self).__name__}({self.collator!r})"
 
 
-__all__ = ["PACKED_KEYS", "PaddingFreeCollator", "flatten_batch", "is_packed"]
+class PaddingFreeCollator(TargetPositionsCollator):
+    """Wraps one of our collators: it collates (and masks) a padded batch as always, then `flatten_batch`, then
+    `add_target_positions`.
+
+    `collator = PaddingFreeCollator(recipe.build_collator(tokenizer))`; the model needs an attention
+    implementation that reads `cu_seq_lens_q` (`hf_bertology.training.attention.use_padding_free(model)`).
+    """
+
+    def __call__(self, features):
+        return add_target_positions(flatten_batch(self.collator(features)))
+
+
+__all__ = [
+    "TARGET_POSITIONS",
+    "TargetPositionsCollator",
+    "PACKED_KEYS",
+    "PaddingFreeCollator",
+    "add_target_positions",
+    "flatten_batch",
+    "is_packed",
+]

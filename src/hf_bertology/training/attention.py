@@ -147,13 +147,17 @@ def use_padding_free(model: torch.nn.Module, implementation: str | None = None) 
     return set_attention(model, implementation)
 
 
-def configure_attention(model, collator, padding_free: bool | None, implementation: str | None, supported: bool):
+def configure_attention(
+    model, collator, padding_free: bool | None, implementation: str | None, supported: bool, streaming: bool = False
+):
     """The model and collator a run trains with: padding-free (flattened batches, a packed-aware attention) by
-    default wherever the variant `supported` it, else padded with `implementation` if one was named.
+    default wherever the variant `supported` it, else padded with `implementation` if one was named. Either way
+    the batches carry their labelled tokens' positions (`collators.flatten.add_target_positions`), except streamed
+    ones (accelerate slices those across processes by rows).
 
     `padding_free=None` means "where it pays": every variant but XLNet. Returns `(model, collator)`.
     """
-    from ..collators.flatten import PaddingFreeCollator
+    from ..collators.flatten import PaddingFreeCollator, TargetPositionsCollator
 
     if padding_free and not supported:
         raise ValueError(f"{type(model).__name__} cannot take padding-free batches; pass --padding_free false")
@@ -163,7 +167,7 @@ def configure_attention(model, collator, padding_free: bool | None, implementati
         return use_padding_free(model, implementation), PaddingFreeCollator(collator)
     if implementation:
         set_attention(model, implementation)
-    return model, collator
+    return model, collator if streaming else TargetPositionsCollator(collator)
 
 
 __all__ = [

@@ -127,6 +127,9 @@ PRETRAIN_DEFAULTS = {
     "remove_unused_columns": False,  # collators read `word_starts` & co., which the model's forward does not take
     "prediction_loss_only": True,
     "include_num_input_tokens_seen": "non_padding",
+    # The stock filter tests every micro-batch's loss for NaN/inf on the host (a device sync each); a NaN loss should
+    # show in the logs anyway, as our component losses show it.
+    "logging_nan_inf_filter": False,
     "logging_steps": 50,
     "save_total_limit": 2,
 }
@@ -134,12 +137,14 @@ PRETRAIN_DEFAULTS = {
 
 def device_defaults(explicit: set[str]) -> dict:
     """On a CUDA device: bf16 mixed precision (where supported), TF32 matmuls and fused AdamW, the settings every
-    fast BERT pretraining uses (NVIDIA, MosaicBERT, Cramming); a flag still wins, and `--use_cpu` keeps the CPU's."""
+    fast BERT pretraining uses (NVIDIA, MosaicBERT, Cramming), and batches copied to the device without blocking
+    (from pinned memory, the Trainer's default): a blocking copy waits for every kernel queued before it. A flag
+    still wins, and `--use_cpu` keeps the CPU's."""
     import torch
 
     if not torch.cuda.is_available() or "use_cpu" in explicit:
         return {}
-    defaults = {"tf32": True, "optim": "adamw_torch_fused"}
+    defaults = {"tf32": True, "optim": "adamw_torch_fused", "accelerator_config": {"non_blocking": True}}
     if torch.cuda.is_bf16_supported() and "fp16" not in explicit:
         defaults["bf16"] = True
     return defaults
@@ -498,7 +503,9 @@ def configure_batches(recipe: Recipe, model, collator, model_args: ModelArgument
         if padding_free:
             raise BertologyError("--padding_free does not work with --streaming yet; pass --padding_free false")
         padding_free = False
-    return configure_attention(model, collator, padding_free, model_args.attn_implementation, recipe.padding_free)
+    return configure_attention(
+        model, collator, padding_free, model_args.attn_implementation, recipe.padding_free, data_args.streaming
+    )
 
 
 def build_datasets(

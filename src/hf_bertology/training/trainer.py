@@ -34,6 +34,14 @@ And three things for long runs that are killed and resumed:
 file; a run killed in the middle leaves a folder that `get_last_checkpoint` picks and resuming fails on. Once every
 process has written its part, we add `checkpoint-N/COMPLETE_MARKER`; `last_complete_checkpoint` (what
 `--resume_from_checkpoint last` uses) skips folders without it.
+
+And one for speed on a GPU:
+
+6. **No host sync in a training step.** The stock Trainer adds each micro-batch's real tokens to
+   `state.num_input_tokens_seen` with `.item()`, which makes the host wait for the device every micro-batch (the
+   queued forward and backward), so the next step's data loading and launches no longer overlap the device's work.
+   We keep the count on the device and read it where it is read anyway: when logging and when saving a checkpoint
+   (one `gather` then, not one per micro-batch). `hf_bertology.testing.HostSyncs` checks a step has no sync left.
 """
 
 from __future__ import annotations
@@ -152,6 +160,7 @@ class BertologyTrainer(Trainer):
         self._first_step: int | None = None
         self._batches_trained = 0
         self._replaying = False  # resuming mid-epoch: the collator restores the RNG, the Trainer must not again
+        self._tokens_pending: torch.Tensor | None = None  # real tokens seen since the last read (on the device)
         # The training dataloader's collator, wrapped (evaluation batches must not count).
         self._recorder = RngRecordingCollator(self.data_collator) if self.data_collator is not None else None
         if hasattr(self.data_collator, "set_run_seed"):  # masks keyed by (seed, epoch, example id)
@@ -170,7 +179,10 @@ class BertologyTrainer(Trainer):
         resume_from_checkpoint = str(resume_from_checkpoint) if resume_from_checkpoint else None
         if resume_from_checkpoint and self._recorder is not None:
             self._arm_replay(resume_from_checkpoint)
-        return super().train(resume_from_checkpoint, *args, **kwargs)
+        try:
+            return super().train(resume_from_checkpoint, *args, **kwargs)
+        finally:
+            self._flush_tokens_seen()
 
     # -- 1. counts per objective -----------------------------------------------------------------------------
     def _get_num_items_in_batch(self, batch_samples: list, device: torch.device):
@@ -256,6 +268,7 @@ class BertologyTrainer(Trainer):
 
     # -- 5. complete checkpoints are marked -----------------------------------------------------------------
     def _save_checkpoint(self, model, trial) -> None:
+        self._flush_tokens_seen()  # the checkpoint's trainer_state.json holds the count
         super()._save_checkpoint(model, trial)
         folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         self._save_collator_rng(folder)
@@ -320,7 +333,22 @@ class BertologyTrainer(Trainer):
         prefix = "eval_" if phase == "eval" else ""
         return {f"{prefix}{name}": round(float(v), 4) for name, v in zip(names, values)}
 
+    # -- 6. no host sync in a training step ----------------------------------------------------------------------
+    def _track_num_input_tokens(self, inputs) -> None:
+        if self.args.include_num_input_tokens_seen != "non_padding" or "attention_mask" not in inputs:
+            return super()._track_num_input_tokens(inputs)  # counts from host-side shapes, or the stock fallback
+        tokens = inputs["attention_mask"].sum()
+        self._tokens_pending = tokens if self._tokens_pending is None else self._tokens_pending + tokens
+
+    def _flush_tokens_seen(self) -> None:
+        """Add the device-side count to `state.num_input_tokens_seen` (summed over processes: every process calls
+        this at the same points, logging and saving)."""
+        pending, self._tokens_pending = self._tokens_pending, None
+        if pending is not None:
+            self.state.num_input_tokens_seen += int(self.accelerator.gather(pending.reshape(1).long()).sum())
+
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        self._flush_tokens_seen()
         if "loss" in logs:
             logs.update(self._summarise("train"))
         if any(key.startswith("eval_") for key in logs):

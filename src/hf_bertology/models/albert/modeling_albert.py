@@ -95,11 +95,14 @@ class BertologyAlbertForPreTraining(AlbertPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         sentence_order_label: torch.Tensor | None = None,
+        target_positions: torch.Tensor | None = None,
         num_items_in_batch: Mapping | torch.Tensor | int | None = None,
         **kwargs,
     ) -> BertologyAlbertForPreTrainingOutput:
         r"""
         labels (`(batch, seq_len)`): original token ids at the positions to predict, -100 elsewhere.
+        target_positions (`(M,)`): flat indices of the labelled tokens (`labels.flatten().ne(-100).nonzero()`),
+            computed on the host by our collators: the sparse head then gathers them with no host sync.
         sentence_order_label (`(batch,)`): 0 if A precedes B in the document, 1 if they were swapped.
         cu_seq_lens_q (in `kwargs`): a padding-free batch (`hf_bertology.collators.flatten`): one `(1, T)` row
             whose examples start at `cu_seq_lens_q[:-1]`; SOP reads each example's first token.
@@ -127,15 +130,16 @@ class BertologyAlbertForPreTraining(AlbertPreTrainedModel):
             prediction_logits = self.predictions(sequence_output)  # (B, T, V)
         else:
             predicted = labels.ne(-100)  # (B, T)
-            targets = labels[predicted]  # (M,)
-            prediction_logits = self.predictions(sequence_output[predicted])  # (M, V): sparse prediction
+            at = predicted.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
+            targets = labels.flatten().index_select(0, at)
+            prediction_logits = self.predictions(sequence_output.flatten(0, 1).index_select(0, at))  # (M, V): sparse
             n_tokens = predicted.sum()
             mlm_sum = F.cross_entropy(prediction_logits.float(), targets, reduction="sum")
             mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", n_tokens, n_tokens)
             mlm_accuracy = (prediction_logits.argmax(-1) == targets).float().sum() / n_tokens.clamp(min=1)
             loss = mlm_loss
             if sentence_order_label is not None:
-                n_seq = torch.tensor(sentence_order_label.numel(), device=labels.device)
+                n_seq = torch.full((), sentence_order_label.numel(), device=labels.device)
                 sop_sum = F.cross_entropy(sop_logits.float(), sentence_order_label.view(-1), reduction="sum")
                 sop_loss = sop_sum / _denominator(num_items_in_batch, "sentence_order_label", n_seq, n_tokens)
                 sop_accuracy = (sop_logits.argmax(-1) == sentence_order_label.view(-1)).float().mean()

@@ -100,12 +100,15 @@ class BertologyBertForPreTraining(BertPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         next_sentence_label: torch.Tensor | None = None,
+        target_positions: torch.Tensor | None = None,
         num_items_in_batch: Mapping | torch.Tensor | int | None = None,
         **kwargs,
     ) -> BertologyBertForPreTrainingOutput:
         r"""
         labels (`(batch, seq_len)`): original token ids at the positions to predict, -100 elsewhere.
         next_sentence_label (`(batch,)`): 0 if segment B follows A, 1 if B is random.
+        target_positions (`(M,)`): flat indices of the labelled tokens (`labels.flatten().ne(-100).nonzero()`),
+            computed on the host by our collators: the sparse head then gathers them with no host sync.
         cu_seq_lens_q (in `kwargs`): a padding-free batch (`hf_bertology.collators.flatten`): one `(1, T)` row
             whose examples start at `cu_seq_lens_q[:-1]`; NSP reads each example's first token.
         """
@@ -132,15 +135,18 @@ class BertologyBertForPreTraining(BertPreTrainedModel):
             prediction_logits = self.cls.predictions(sequence_output)  # (B, T, V)
         else:
             predicted = labels.ne(-100)  # (B, T)
-            targets = labels[predicted]  # (M,)
-            prediction_logits = self.cls.predictions(sequence_output[predicted])  # (M, V): sparse prediction
+            at = predicted.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
+            targets = labels.flatten().index_select(0, at)
+            prediction_logits = self.cls.predictions(
+                sequence_output.flatten(0, 1).index_select(0, at)
+            )  # (M, V): sparse
             n_tokens = predicted.sum()
             mlm_sum = F.cross_entropy(prediction_logits.float(), targets, reduction="sum")
             mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", n_tokens, n_tokens)
             mlm_accuracy = (prediction_logits.argmax(-1) == targets).float().mean()
             loss = mlm_loss
             if next_sentence_label is not None:
-                n_seq = torch.tensor(next_sentence_label.numel(), device=labels.device)
+                n_seq = torch.full((), next_sentence_label.numel(), device=labels.device)
                 nsp_sum = F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1), reduction="sum")
                 nsp_loss = nsp_sum / _denominator(num_items_in_batch, "next_sentence_label", n_seq, n_tokens)
                 nsp_accuracy = (nsp_logits.argmax(-1) == next_sentence_label.view(-1)).float().mean()

@@ -346,6 +346,8 @@ class ComposedForPreTraining:
         sbo_labels: torch.Tensor | None = None,
         sbo_boundaries: torch.Tensor | None = None,
         sbo_relative_positions: torch.Tensor | None = None,
+        target_positions: torch.Tensor | None = None,
+        sbo_target_positions: torch.Tensor | None = None,
         num_items_in_batch: Mapping | torch.Tensor | int | None = None,
         **kwargs,
     ) -> BertologyComposedForPreTrainingOutput:
@@ -353,11 +355,15 @@ class ComposedForPreTraining:
         labels (`(batch, seq_len)`): original ids at the masked (RTD: chosen) positions, -100 elsewhere.
         next_sentence_label / sentence_order_label (`(batch,)`): the sentence task's label (1: random / swapped).
         sbo_labels, sbo_boundaries, sbo_relative_positions: the span collator's SBO targets (see `models/spanbert`).
+        target_positions, sbo_target_positions (`(M,)`, `(N,)`): flat indices of the tokens with a label, computed
+            on the host by our collators, so that the sparse heads gather them with no host sync.
         cu_seq_lens_q (in `kwargs`): a padding-free batch (`hf_bertology.collators.flatten`).
         """
         inputs = self._backbone_inputs(attention_mask, token_type_ids, position_ids, kwargs)
         if self.rtd:
-            return self._replaced_token_detection(input_ids, attention_mask, labels, inputs, num_items_in_batch)
+            return self._replaced_token_detection(
+                input_ids, attention_mask, labels, target_positions, inputs, num_items_in_batch
+            )
         outputs = self.base_model(input_ids, **inputs)
         states = outputs.last_hidden_state  # (B, T, H)
         out = BertologyComposedForPreTrainingOutput(hidden_states=outputs.hidden_states, attentions=outputs.attentions)
@@ -366,8 +372,9 @@ class ComposedForPreTraining:
             out.logits = MLM_HEADS[self.config.model_type](self, states)  # (B, T, V)
         else:
             predicted = labels.ne(-100)  # (B, T)
-            targets = labels[predicted]  # (M,)
-            out.logits = MLM_HEADS[self.config.model_type](self, states[predicted])  # (M, V): sparse prediction
+            at = predicted.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
+            targets = labels.flatten().index_select(0, at)
+            out.logits = MLM_HEADS[self.config.model_type](self, states.flatten(0, 1).index_select(0, at))  # sparse
             n_masked = predicted.sum()
             out.mlm_loss = F.cross_entropy(out.logits.float(), targets, reduction="sum") / _denominator(
                 num_items_in_batch, "labels", n_masked, n_masked
@@ -380,7 +387,7 @@ class ComposedForPreTraining:
             cu_seq_lens = kwargs.get("cu_seq_lens_q")
             first = states[:, 0] if cu_seq_lens is None else states[0, cu_seq_lens[:-1].long()]  # (B, H)
             logits = self.sentence_classifier(self._pool(first))  # (B, 2)
-            n_examples = torch.tensor(len(sentence_labels), device=logits.device)
+            n_examples = torch.full((), len(sentence_labels), device=logits.device)
             n_masked = labels.ne(-100).sum() if labels is not None else n_examples
             loss = F.cross_entropy(logits.float(), sentence_labels.long(), reduction="sum") / _denominator(
                 num_items_in_batch, SENTENCE_LABELS[task], n_examples, n_masked
@@ -390,12 +397,13 @@ class ComposedForPreTraining:
             losses.append(loss)
         if self.config.span_boundary_objective and sbo_labels is not None:
             has_target = sbo_labels.ne(-100)  # (B, T)
-            rows, cols = has_target.nonzero(as_tuple=True)  # (N,) each
-            sbo_targets = sbo_labels[rows, cols]
-            boundaries = sbo_boundaries[rows, cols]  # (N, 2): positions in the row (flat row when packed)
-            sbo_logits = self.sbo(
-                states[rows, boundaries[:, 0]], states[rows, boundaries[:, 1]], sbo_relative_positions[rows, cols]
-            )
+            at = has_target.flatten().nonzero().squeeze(1) if sbo_target_positions is None else sbo_target_positions
+            sbo_targets = sbo_labels.flatten().index_select(0, at)  # (N,)
+            width = sbo_labels.shape[1]
+            # (N, 2) boundary positions (s-1, e+1) in the row (the flat row when packed), then in the (B * T, H) states
+            boundaries = sbo_boundaries.flatten(0, 1).index_select(0, at) + (at // width * width)[:, None]
+            ends = states.flatten(0, 1).index_select(0, boundaries.flatten()).unflatten(0, (-1, 2))
+            sbo_logits = self.sbo(ends[:, 0], ends[:, 1], sbo_relative_positions.flatten().index_select(0, at))
             n_sbo = has_target.sum()
             n_masked = labels.ne(-100).sum() if labels is not None else n_sbo
             out.sbo_loss = F.cross_entropy(sbo_logits.float(), sbo_targets, reduction="sum") / _denominator(
@@ -421,7 +429,9 @@ class ComposedForPreTraining:
             return self.base_model(inputs_embeds=self.gdes(input_ids, generator_table), **inputs)
         return self.base_model(input_ids, **inputs)
 
-    def _replaced_token_detection(self, input_ids, attention_mask, labels, inputs, num_items_in_batch):
+    def _replaced_token_detection(
+        self, input_ids, attention_mask, labels, target_positions, inputs, num_items_in_batch
+    ):
         """ELECTRA's step (see `models/electra`): generator MLM on the chosen positions, a Gumbel sample at every
         one of them, the discriminator's BCE over every real token; `loss = w_G * mlm + w_D * rtd`."""
         config = self.config
@@ -429,12 +439,14 @@ class ComposedForPreTraining:
             hidden = self.discriminate(input_ids, **inputs).last_hidden_state
             return BertologyComposedForPreTrainingOutput(rtd_logits=self.discriminator_predictions(hidden))
         chosen = labels.ne(-100)  # (B, T)
-        targets = labels[chosen]  # (M,)
+        at = chosen.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
+        targets = labels.flatten().index_select(0, at)
         n_chosen = chosen.sum()
         real = attention_mask.bool() if attention_mask is not None else torch.ones_like(chosen)
         n_real = real.sum()
 
-        gen_hidden = self.generator.base_model(input_ids, **inputs).last_hidden_state[chosen]  # (M, H_G)
+        gen_hidden = self.generator.base_model(input_ids, **inputs).last_hidden_state
+        gen_hidden = gen_hidden.flatten(0, 1).index_select(0, at)  # (M, H_G)
         prediction_logits = MLM_HEADS[config.model_type](self.generator, gen_hidden)  # (M, V)
         mlm_loss = F.cross_entropy(prediction_logits.float(), targets, reduction="sum") / _denominator(
             num_items_in_batch, "labels", n_chosen, n_chosen
@@ -445,23 +457,24 @@ class ComposedForPreTraining:
                 sample_logits[torch.arange(len(targets), device=targets.device), targets] = -1e9
             sampled = gumbel_sample(sample_logits, config.sampling_temperature)  # (M,)
             original_ids = torch.where(chosen, labels, input_ids)
-            replaced_input_ids = original_ids.clone()
-            replaced_input_ids[chosen] = sampled
+            replaced_input_ids = original_ids.flatten().index_copy(0, at, sampled).view_as(original_ids)
             rtd_labels = (replaced_input_ids != original_ids) & real  # (B, T)
 
         disc_outputs = self.discriminate(replaced_input_ids, **inputs)
         rtd_logits = self.discriminator_predictions(disc_outputs.last_hidden_state)  # (B, T)
-        real_logits, real_labels = rtd_logits[real].float(), rtd_labels[real].float()  # (N,)
-        rtd_loss = F.binary_cross_entropy_with_logits(real_logits, real_labels, reduction="sum") / _denominator(
-            num_items_in_batch, "attention_mask", n_real, n_chosen
+        # over the real tokens by weighting, not selecting: every shape stays the batch's (no host sync)
+        rtd_sum = F.binary_cross_entropy_with_logits(
+            rtd_logits.float(), rtd_labels.float(), weight=real.float(), reduction="sum"
         )
+        rtd_loss = rtd_sum / _denominator(num_items_in_batch, "attention_mask", n_real, n_chosen)
+        predicted = (rtd_logits.detach() > 0) & real
         return BertologyComposedForPreTrainingOutput(
             loss=config.generator_weight * mlm_loss + config.discriminator_weight * rtd_loss,
             mlm_loss=mlm_loss,
             rtd_loss=rtd_loss,
             mlm_accuracy=(prediction_logits.argmax(-1) == targets).float().mean(),
-            rtd_accuracy=((real_logits > 0).float() == real_labels).float().mean(),
-            replaced_fraction=real_labels.mean(),
+            rtd_accuracy=((predicted == rtd_labels) & real).sum() / n_real,
+            replaced_fraction=rtd_labels.sum() / n_real,
             logits=prediction_logits,
             rtd_logits=rtd_logits,
             hidden_states=disc_outputs.hidden_states,

@@ -204,6 +204,7 @@ class BertologyDebertaV3ForPreTraining(DebertaV2PreTrainedModel):
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
+        target_positions: torch.Tensor | None = None,
         num_items_in_batch: Mapping | torch.Tensor | int | None = None,
         **kwargs,
     ) -> BertologyDebertaV3ForPreTrainingOutput:
@@ -211,6 +212,8 @@ class BertologyDebertaV3ForPreTraining(DebertaV2PreTrainedModel):
         input_ids (`(batch, seq_len)`): the generator's input, `[MASK]` at the chosen positions.
         labels (`(batch, seq_len)`): original token ids at the chosen positions, -100 elsewhere. Without labels,
             only the discriminator runs, on `input_ids`.
+        target_positions (`(M,)`): flat indices of the chosen tokens (`labels.flatten().ne(-100).nonzero()`),
+            computed on the host by our collators: the generator's head then gathers them with no host sync.
         """
         inputs = dict(attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids)
         if labels is None:
@@ -218,14 +221,15 @@ class BertologyDebertaV3ForPreTraining(DebertaV2PreTrainedModel):
             return BertologyDebertaV3ForPreTrainingOutput(rtd_logits=self.mask_predictions(hidden))
         config = self.config
         chosen = labels.ne(-100)  # (B, T)
-        targets = labels[chosen]  # (M,)
+        at = chosen.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
+        targets = labels.flatten().index_select(0, at)
         n_chosen = chosen.sum()
         real = attention_mask.bool() if attention_mask is not None else torch.ones_like(chosen)
         n_real = real.sum()
 
         # -- generator: masked LM on the chosen positions only ---------------------------------------------------
         generator = self.generator
-        gen_hidden = generator.deberta(input_ids, **inputs).last_hidden_state[chosen]  # (M, H)
+        gen_hidden = generator.deberta(input_ids, **inputs).last_hidden_state.flatten(0, 1).index_select(0, at)
         prediction_logits = generator.lm_predictions(gen_hidden, generator.deberta.embeddings.word_embeddings)
         mlm_sum = F.cross_entropy(prediction_logits.float(), targets, reduction="sum")  # logits (M, V)
         mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", n_chosen, n_chosen)
@@ -234,16 +238,17 @@ class BertologyDebertaV3ForPreTraining(DebertaV2PreTrainedModel):
         with torch.no_grad():
             sampled = gumbel_sample(prediction_logits, config.sampling_temperature)  # (M,)
             original_ids = torch.where(chosen, labels, input_ids)
-            replaced_input_ids = original_ids.clone()
-            replaced_input_ids[chosen] = sampled
+            replaced_input_ids = original_ids.flatten().index_copy(0, at, sampled).view_as(original_ids)
             rtd_labels = (replaced_input_ids != original_ids) & real  # (B, T)
 
         # -- discriminator: replaced-token detection over every non-pad token -----------------------------------
         disc_outputs = self.discriminate(replaced_input_ids, **inputs, **kwargs)
         rtd_logits = self.mask_predictions(disc_outputs.last_hidden_state)  # (B, T)
-        real_logits = rtd_logits[real].float()  # (N,)
-        real_labels = rtd_labels[real].float()
-        rtd_sum = F.binary_cross_entropy_with_logits(real_logits, real_labels, reduction="sum")
+        # over the real tokens by weighting, not selecting: every shape stays the batch's (no host sync)
+        rtd_sum = F.binary_cross_entropy_with_logits(
+            rtd_logits.float(), rtd_labels.float(), weight=real.float(), reduction="sum"
+        )
+        predicted = (rtd_logits.detach() > 0) & real
         rtd_loss = rtd_sum / _denominator(num_items_in_batch, "attention_mask", n_real, n_chosen)
 
         return BertologyDebertaV3ForPreTrainingOutput(
@@ -251,8 +256,8 @@ class BertologyDebertaV3ForPreTraining(DebertaV2PreTrainedModel):
             mlm_loss=mlm_loss,
             rtd_loss=rtd_loss,
             mlm_accuracy=(prediction_logits.argmax(-1) == targets).float().mean(),
-            rtd_accuracy=((real_logits > 0).float() == real_labels).float().mean(),
-            replaced_fraction=real_labels.mean(),
+            rtd_accuracy=((predicted == rtd_labels) & real).sum() / n_real,
+            replaced_fraction=rtd_labels.sum() / n_real,
             sampled_accuracy=(sampled == targets).float().mean(),
             prediction_logits=prediction_logits,
             rtd_logits=rtd_logits,

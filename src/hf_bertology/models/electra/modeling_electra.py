@@ -135,21 +135,27 @@ def gumbel_sample(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tenso
     return noise.add_(logits.detach().float()).argmax(-1)
 
 
-def binary_auc(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """ROC AUC of `scores` for binary `labels` by the Mann-Whitney rank sum, tied scores sharing their mean rank.
+def binary_auc(scores: torch.Tensor, labels: torch.Tensor, real: torch.Tensor | None = None) -> torch.Tensor:
+    """ROC AUC of `scores` for binary `labels` (over the `real` entries only) by the Mann-Whitney rank sum, tied
+    scores sharing their mean rank.
 
     AUC = (sum of the positives' ranks - P (P + 1) / 2) / (P N): the probability that a random positive scores
     above a random negative, ties counting one half (`sklearn.metrics.roc_auc_score`'s value). NaN if a class is
-    absent.
+    absent. Every shape here is the input's (a tie group's ends come from `searchsorted`; the entries left out sort
+    first, at -inf), so it runs on the device with no host sync, unlike `unique` or a boolean index.
     """
     scores, labels = scores.detach().flatten().float(), labels.detach().flatten().bool()
+    real = torch.ones_like(labels) if real is None else real.flatten().bool()
+    labels = labels & real
+    n_out = (~real).sum()
     n_pos = labels.sum()
-    n_neg = labels.numel() - n_pos
-    sorted_scores, order = scores.sort()
-    _, group, counts = torch.unique_consecutive(sorted_scores, return_inverse=True, return_counts=True)
-    # Twice the 1-based mean rank of each tie group, an integer: exact sums with no float64 (absent on some devices).
-    double_rank = 2 * counts.cumsum(0) - counts + 1
-    double_rank_sum = double_rank[group][labels[order]].sum()
+    n_neg = real.sum() - n_pos
+    sorted_scores, order = scores.masked_fill(~real, float("-inf")).sort()
+    # Twice the 1-based mean rank of each score's tie group, an integer: exact sums with no float64.
+    first = torch.searchsorted(sorted_scores, sorted_scores, right=False)
+    past = torch.searchsorted(sorted_scores, sorted_scores, right=True)
+    double_rank = first + past + 1 - 2 * n_out  # ranks among the real entries (those left out rank below them)
+    double_rank_sum = (double_rank * labels[order]).sum()
     return (double_rank_sum - n_pos * (n_pos + 1)).float() / (2 * n_pos * n_neg).float()
 
 
@@ -233,6 +239,7 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
+        target_positions: torch.Tensor | None = None,
         num_items_in_batch: Mapping | torch.Tensor | int | None = None,
         **kwargs,
     ) -> BertologyElectraForPreTrainingOutput:
@@ -240,6 +247,8 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
         input_ids (`(batch, seq_len)`): the generator's input, `[MASK]` at 85% of the chosen positions.
         labels (`(batch, seq_len)`): original token ids at the chosen positions, -100 elsewhere. Without labels,
             only the discriminator runs, on `input_ids` (as `ElectraForPreTraining`).
+        target_positions (`(M,)`): flat indices of the chosen tokens (`labels.flatten().ne(-100).nonzero()`),
+            computed on the host by our collators: the generator's head then gathers them with no host sync.
         cu_seq_lens_q (in `kwargs`): a padding-free batch (`hf_bertology.collators.flatten`); the generator and the
             discriminator both run on the flat row.
         """
@@ -260,7 +269,9 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
             )
         config = self.config
         chosen = labels.ne(-100)  # (B, T)
-        targets = labels[chosen]  # (M,)
+        # the chosen tokens: the batch's flat positions (no host sync), else a boolean index (syncs)
+        at = chosen.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
+        targets = labels.flatten().index_select(0, at)
         n_chosen = chosen.sum()
         real = attention_mask.bool() if attention_mask is not None else torch.ones_like(chosen)
         n_real = real.sum()
@@ -275,7 +286,7 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
                 position_ids=position_ids,
                 **kwargs,
             ).last_hidden_state
-            gen_hidden = self.generator.generator_predictions(gen_hidden[chosen])  # (M, E)
+            gen_hidden = self.generator.generator_predictions(gen_hidden.flatten(0, 1).index_select(0, at))  # (M, E)
             prediction_logits = self.generator.generator_lm_head(gen_hidden)  # (M, V)
         mlm_sum = F.cross_entropy(prediction_logits.float(), targets, reduction="sum")
         mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", n_chosen, n_chosen)
@@ -292,8 +303,7 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
                 sample_logits[torch.arange(len(targets), device=targets.device), targets] = -1e9
             sampled = gumbel_sample(sample_logits, config.sampling_temperature)  # (M,)
             original_ids = torch.where(chosen, labels, input_ids)
-            replaced_input_ids = original_ids.clone()
-            replaced_input_ids[chosen] = sampled
+            replaced_input_ids = original_ids.flatten().index_copy(0, at, sampled).view_as(original_ids)
             rtd_labels = (replaced_input_ids != original_ids) & real  # (B, T)
 
         # -- discriminator: replaced-token detection over every non-pad token -----------------------------------
@@ -305,12 +315,13 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
             **kwargs,
         )
         rtd_logits = self.discriminator_predictions(disc_outputs.last_hidden_state)  # (B, T)
-        real_logits = rtd_logits[real].float()  # (N,)
-        real_labels = rtd_labels[real].float()
-        rtd_sum = F.binary_cross_entropy_with_logits(real_logits, real_labels, reduction="sum")
+        # Over the real tokens by weighting, not selecting: every shape stays the batch's (no host sync).
+        rtd_sum = F.binary_cross_entropy_with_logits(
+            rtd_logits.float(), rtd_labels.float(), weight=real.float(), reduction="sum"
+        )
         rtd_loss = rtd_sum / _denominator(num_items_in_batch, "attention_mask", n_real, n_chosen)
         with torch.no_grad():
-            predicted, replaced = real_logits > 0, real_labels.bool()
+            predicted, replaced = (rtd_logits > 0) & real, rtd_labels
             true_positives = (predicted & replaced).sum()
             disc_precision = true_positives / predicted.sum()  # 0 / 0 = NaN: undefined, not 0
             disc_recall = true_positives / replaced.sum()
@@ -323,9 +334,9 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
             mlm_loss=mlm_loss,
             rtd_loss=rtd_loss,
             mlm_accuracy=mlm_accuracy,
-            rtd_accuracy=((real_logits > 0).float() == real_labels).float().mean(),
-            replaced_fraction=real_labels.mean(),
-            disc_auc=binary_auc(real_logits, real_labels),
+            rtd_accuracy=((predicted == replaced) & real).sum() / n_real,
+            replaced_fraction=replaced.sum() / n_real,
+            disc_auc=binary_auc(rtd_logits, rtd_labels, real),
             disc_precision=disc_precision,
             disc_recall=disc_recall,
             sampled_accuracy=(sampled == targets).float().mean(),

@@ -56,11 +56,14 @@ class BertologyModernBertForPreTraining(ModernBertForMaskedLM):
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
+        target_positions: torch.Tensor | None = None,
         num_items_in_batch: Mapping | torch.Tensor | int | None = None,
         **kwargs,
     ) -> BertologyModernBertForPreTrainingOutput:
         r"""
         labels (`(batch, seq_len)`): original token ids at the positions to predict, -100 elsewhere.
+        target_positions (`(M,)`): flat indices of the labelled tokens (`labels.flatten().ne(-100).nonzero()`),
+            computed on the host by our collators: the sparse head then gathers them with no host sync.
         """
         kwargs.pop("token_type_ids", None)  # ModernBERT has no token types; BERT-style tokenizers still send them
         outputs = self.model(
@@ -76,8 +79,9 @@ class BertologyModernBertForPreTraining(ModernBertForMaskedLM):
             logits = self.decoder(self.head(sequence_output))  # (B, T, V)
         else:
             predicted = labels.ne(-100)  # (B, T)
-            targets = labels[predicted]  # (M,)
-            logits = self.decoder(self.head(sequence_output[predicted]))  # (M, V): sparse prediction
+            at = predicted.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
+            targets = labels.flatten().index_select(0, at)
+            logits = self.decoder(self.head(sequence_output.flatten(0, 1).index_select(0, at)))  # (M, V): sparse
             if isinstance(num_items_in_batch, Mapping):
                 num_items_in_batch = num_items_in_batch.get("labels")
             denominator = predicted.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch

@@ -142,17 +142,22 @@ class BertologySpanBertForPreTraining(BertPreTrainedModel):
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
+        target_positions: torch.Tensor | None = None,
         sbo_labels: torch.Tensor | None = None,
         sbo_boundaries: torch.Tensor | None = None,
         sbo_relative_positions: torch.Tensor | None = None,
+        sbo_target_positions: torch.Tensor | None = None,
         num_items_in_batch: Mapping | torch.Tensor | int | None = None,
         **kwargs,
     ) -> BertologySpanBertForPreTrainingOutput:
         r"""
         labels (`(batch, seq_len)`): original token ids at the masked positions, -100 elsewhere.
+        target_positions (`(M,)`): flat indices of the labelled tokens (`labels.flatten().ne(-100).nonzero()`),
+            computed on the host by our collators: the sparse head then gathers them with no host sync.
         sbo_labels (`(batch, seq_len)`): original ids of the SBO targets, -100 elsewhere.
         sbo_boundaries (`(batch, seq_len, 2)`): positions `(s-1, e+1)` of each target's span boundaries.
         sbo_relative_positions (`(batch, seq_len)`): offset `i - s` of each target inside its span.
+        sbo_target_positions (`(N,)`): flat indices of the SBO targets, as `target_positions` for `labels`.
         cu_seq_lens_q (in `kwargs`): a padding-free batch (`hf_bertology.collators.flatten`); `sbo_boundaries` are
             then positions in the flat row.
         """
@@ -174,8 +179,9 @@ class BertologySpanBertForPreTraining(BertPreTrainedModel):
             logits = self.cls(sequence_output)  # (B, T, V)
         else:
             predicted = labels.ne(-100)  # (B, T)
-            targets = labels[predicted]  # (M,)
-            logits = self.cls(sequence_output[predicted])  # (M, V): sparse prediction
+            at = predicted.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
+            targets = labels.flatten().index_select(0, at)
+            logits = self.cls(sequence_output.flatten(0, 1).index_select(0, at))  # (M, V): sparse prediction
             mlm_sum = F.cross_entropy(logits.float(), targets, reduction="sum")
             mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", predicted.sum())
             mlm_accuracy = (logits.argmax(-1) == targets).float().sum() / predicted.sum().clamp(min=1)
@@ -184,12 +190,13 @@ class BertologySpanBertForPreTraining(BertPreTrainedModel):
             if sbo_boundaries is None or sbo_relative_positions is None:
                 raise ValueError("sbo_labels need sbo_boundaries and sbo_relative_positions (the span collator's)")
             has_target = sbo_labels.ne(-100)  # (B, T)
-            rows, cols = has_target.nonzero(as_tuple=True)  # (N,) each
-            sbo_targets = sbo_labels[rows, cols]
-            boundaries = sbo_boundaries[rows, cols]  # (N, 2)
-            left = sequence_output[rows, boundaries[:, 0]]  # (N, H)
-            right = sequence_output[rows, boundaries[:, 1]]
-            sbo_logits = self.sbo(left, right, sbo_relative_positions[rows, cols])  # (N, V)
+            at = has_target.flatten().nonzero().squeeze(1) if sbo_target_positions is None else sbo_target_positions
+            sbo_targets = sbo_labels.flatten().index_select(0, at)  # (N,)
+            width = sbo_labels.shape[1]
+            boundaries = sbo_boundaries.flatten(0, 1).index_select(0, at) + (at // width * width)[:, None]  # (N, 2)
+            # the boundary states (s-1, e+1) of every target, flat positions in the (B * T, H) states
+            ends = sequence_output.flatten(0, 1).index_select(0, boundaries.flatten()).unflatten(0, (-1, 2))
+            sbo_logits = self.sbo(ends[:, 0], ends[:, 1], sbo_relative_positions.flatten().index_select(0, at))
             sbo_sum = F.cross_entropy(sbo_logits.float(), sbo_targets, reduction="sum")
             n_sbo = has_target.sum()
             sbo_loss = sbo_sum / _denominator(num_items_in_batch, "sbo_labels", n_sbo)

@@ -73,6 +73,7 @@ class BertologyXLNetForPreTraining(XLNetPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         use_mems: bool | None = None,
+        target_positions: torch.Tensor | None = None,
         num_items_in_batch: Mapping | torch.Tensor | int | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
@@ -82,6 +83,8 @@ class BertologyXLNetForPreTraining(XLNetPreTrainedModel):
         perm_mask (`(batch, seq_len, seq_len)`): 1 where position i may NOT attend to j (XLNetModel's convention).
         target_mapping (`(batch, num_predict, seq_len)`): one-hot row per target, zero rows for padding.
         labels (`(batch, num_predict)`): the target tokens in `target_mapping`'s row order, -100 in padded rows.
+        target_positions (`(M,)`): flat indices of the labelled tokens (`labels.flatten().ne(-100).nonzero()`),
+            computed on the host by our collators: the sparse head then gathers them with no host sync.
         mems: the previous segment's memory (from this model's `mems` output), or None at a stream start.
         use_mems: return the memory for the next segment; default: in training when `config.mem_len > 0`, and
             whenever `mems` are given.
@@ -108,8 +111,11 @@ class BertologyXLNetForPreTraining(XLNetPreTrainedModel):
             logits = self.lm_loss(hidden)  # (B, P, V)
         else:
             predicted = labels.ne(-100)  # (B, P)
-            targets = labels[predicted]  # (M,)
-            logits = self.lm_loss(hidden[predicted])  # (M, V): sparse prediction, padded rows skipped
+            at = predicted.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
+            targets = labels.flatten().index_select(0, at)
+            logits = self.lm_loss(
+                hidden.flatten(0, 1).index_select(0, at)
+            )  # (M, V): sparse prediction, padded rows skipped
             if isinstance(num_items_in_batch, Mapping):
                 num_items_in_batch = num_items_in_batch.get("labels")
             denominator = predicted.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
