@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hf_bertology.collators.flatten import flatten_batch
+from hf_bertology.collators.flatten import PaddingFreeCollator, flatten_batch
 from hf_bertology.recipes import get_recipe
 from hf_bertology.training import attention
 
@@ -95,7 +95,7 @@ def test_compiled_padding_free_step_recompiles_a_bounded_number_of_times(corpus_
     counters.clear()
     graphs = []
     for step in range(16):
-        batch = flatten_batch(collator([examples[(step * 5 + i) % len(examples)] for i in range(4 + step % 3)]))
+        batch = PaddingFreeCollator(collator)([examples[(step * 5 + i) % len(examples)] for i in range(4 + step % 3)])
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = compiled(**{k: v.cuda() if torch.is_tensor(v) else v for k, v in batch.items()}).loss
         loss.backward()

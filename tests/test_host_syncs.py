@@ -190,3 +190,41 @@ def test_gpu_defaults_copy_batches_without_blocking(monkeypatch):
     }
     assert pretrain.device_defaults({"use_cpu"}) == {}
     assert pretrain.PRETRAIN_DEFAULTS["logging_nan_inf_filter"] is False  # its isnan test syncs every micro-batch
+
+
+@pytest.mark.parametrize("variant", [v for v, spec in VARIANTS.items() if spec.padding_free])
+def test_padding_free_step_compiles_as_one_graph_that_stays(corpus_file, variant):
+    """`--torch_compile` on the batches `bertology pretrain` makes (flattened, with target positions): dynamo traces
+    forward and loss as one graph (`fullgraph=True`: a sync or any other break would raise), and the token and
+    target counts, new every batch, stop causing compilations after the first few (static, then dynamic shapes).
+    Each varying input (tokens, examples, targets, longest example) costs one recompilation when it first changes,
+    then none. The `eager` backend traces as inductor would, without generating code (CUDA:
+    `tests/test_gpu.py`)."""
+    from torch._dynamo.utils import counters
+
+    from hf_bertology.collators.flatten import PaddingFreeCollator
+    from hf_bertology.training.attention import use_padding_free
+
+    recipe = get_recipe(f"{variant}-tiny")
+    corpus = load_corpus(train_files=[str(corpus_file)])
+    tokenizer = recipe.train_tokenizer(corpus["text"], 300)
+    recipe.adapt_to_tokenizer(tokenizer)
+    examples = build_pretraining_dataset(tokenize_corpus(corpus, tokenizer), tokenizer, recipe.config, 48, 0)
+    collator = PaddingFreeCollator(recipe.build_collator(tokenizer, seed=0))
+    torch.manual_seed(0)
+    model = use_padding_free(recipe.build_model()).train()
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(model, backend="eager", fullgraph=True)
+    # Short and long examples in turn: from the second batch on every count has changed at least once.
+    by_length = sorted(range(len(examples)), key=lambda i: len(examples[i]["input_ids"]))
+    shortest, longest = by_length, by_length[::-1]
+    graphs = []
+    for step in range(12):
+        picks = (shortest if step % 2 else longest)[step * 2 : step * 2 + 3 + step % 3]
+        batch = collator([examples[i] for i in picks])
+        loss = compiled(**batch).loss
+        loss.backward()
+        assert torch.isfinite(loss)
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert graphs[1] == 2 and graphs[-1] == graphs[2], f"graphs compiled per step: {graphs}"
