@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The README's GPU figures: the CUDA tests, padded vs padding-free (same batches, same process), and ours vs plain
 # transformers through a Trainer, eager and compiled. Every table (markdown, JSON, log) is also written to OUT_DIR.
-#   benchmarks/gpu.sh OUT_DIR [TEXT_FILE] [PART ...]     PART: tests layouts layouts512 plain compiled (default: all)
+#   benchmarks/gpu.sh OUT_DIR [TEXT_FILE] [PART ...]
+#   PART: tests layouts layouts512 plain plain512 compiled (default: all)
 set -uo pipefail
 out=${1:?usage: benchmarks/gpu.sh OUT_DIR [TEXT_FILE] [PART ...]}
 text=${2:-../shared/data/wikitext-2-raw/wiki.valid.raw}
 shift $(($# > 1 ? 2 : 1))
-parts=${*:-tests layouts layouts512 plain compiled}
+parts=${*:-tests layouts layouts512 plain plain512 compiled}
 py=${PYTHON:-python3}
 mkdir -p "$out"
 bench() {  # name, then step_cost.py flags
@@ -22,6 +23,7 @@ for part in $parts; do
     layouts) bench layouts128 --recipes bert-base,roberta-base,electra-small,electra-base --seq_len 128 --batch_size 256 --steps 20 ;;
     layouts512) bench layouts512 --recipes bert-base,roberta-base --seq_len 512 --batch_size 64 --steps 20 ;;
     plain) bench vs_plain128 --recipes bert-base,roberta-base,electra-small --seq_len 128 --batch_size 256 --steps 30 --vs_plain ;;
+    plain512) bench vs_plain512 --recipes bert-base,roberta-base,electra-base --seq_len 512 --batch_size 64 --steps 20 --vs_plain ;;
     compiled) bench vs_plain128_compiled --recipes bert-base,electra-small --seq_len 128 --batch_size 256 --steps 30 --vs_plain --compile ;;
     *) echo "unknown part $part" ;;
   esac

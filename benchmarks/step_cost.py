@@ -91,7 +91,7 @@ def measure(name: str, args: dict) -> list[dict]:
     timed step by step with the layouts interleaved."""
     import torch
 
-    from hf_bertology.collators.flatten import flatten_batch
+    from hf_bertology.collators.flatten import add_target_positions, flatten_batch
     from hf_bertology.training.attention import default_attention, set_attention
 
     torch.manual_seed(0)
@@ -106,9 +106,10 @@ def measure(name: str, args: dict) -> list[dict]:
     if len(examples) < n_batches * batch_size:
         raise SystemExit(f"{name}: {args['text']} gives {len(examples)} examples, fewer than {n_batches}×{batch_size}")
     padded = [collator([examples[i] for i in range(b * batch_size, (b + 1) * batch_size)]) for b in range(n_batches)]
-    layouts = {"padded": padded}
+    # as `bertology pretrain` makes them: with the target positions the sparse heads gather (no host sync)
+    layouts = {"padded": [add_target_positions(dict(batch)) for batch in padded]}
     if recipe.spec.padding_free and not args["padded_only"]:
-        layouts["padding-free"] = [flatten_batch(batch) for batch in padded]
+        layouts["padding-free"] = [add_target_positions(flatten_batch(batch)) for batch in padded]
 
     def to_device(batch):
         return {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}

@@ -151,6 +151,14 @@ def test_target_positions_give_the_boolean_index_results(batches, variant):
             torch.testing.assert_close(grad, expected_grads[name], rtol=1e-5, atol=1e-7, msg=name)
 
 
+def test_flattening_a_batch_with_target_positions_moves_them(batches):
+    _, padded = batches["spanbert"]
+    flat = flatten_batch(add_target_positions(dict(padded)))
+    expected = add_target_positions(flatten_batch(padded))
+    for name in TARGET_POSITIONS.values():
+        assert torch.equal(flat[name], expected[name]), name
+
+
 def test_target_positions_index_the_labelled_tokens():
     labels = torch.tensor([[-100, 5, -100, 7], [8, -100, -100, -100]])
     sbo = torch.tensor([[-100, -100, 3, -100], [-100, -100, -100, 4]])
@@ -177,8 +185,9 @@ def test_binary_auc_over_the_real_tokens_matches_sklearn():
     assert syncs.count == 0, syncs.by_site()
 
 
-def test_gpu_defaults_copy_batches_without_blocking(monkeypatch):
-    """On a CUDA machine: bf16, TF32, fused AdamW, and non-blocking copies of the (pinned) batches."""
+def test_gpu_defaults_copy_batches_without_blocking(monkeypatch, corpus_file, tmp_path):
+    """On a CUDA machine: bf16, TF32, fused AdamW, and non-blocking copies of the (pinned) batches; the setting
+    parses and trains as a flag too (here on the CPU)."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     defaults = pretrain.device_defaults(set())
@@ -190,10 +199,19 @@ def test_gpu_defaults_copy_batches_without_blocking(monkeypatch):
     }
     assert pretrain.device_defaults({"use_cpu"}) == {}
     assert pretrain.PRETRAIN_DEFAULTS["logging_nan_inf_filter"] is False  # its isnan test syncs every micro-batch
+    monkeypatch.undo()
+    _, metrics, trainer = _train(
+        corpus_file, tmp_path, "bert-tiny", 2, "--accelerator_config", '{"non_blocking": true}'
+    )
+    assert trainer.args.accelerator_config.non_blocking and metrics["tokens_seen"] > 0
 
 
-@pytest.mark.parametrize("variant", [v for v, spec in VARIANTS.items() if spec.padding_free])
-def test_padding_free_step_compiles_as_one_graph_that_stays(corpus_file, variant):
+PACKABLE_CELLS = [f"{v}-tiny" for v, spec in VARIANTS.items() if spec.padding_free]
+PACKABLE_CELLS += ["electra-tiny@roberta", "spanbert-tiny@albert"]  # two objectives on other encoders
+
+
+@pytest.mark.parametrize("recipe_name", PACKABLE_CELLS)
+def test_padding_free_step_compiles_as_one_graph_that_stays(corpus_file, recipe_name):
     """`--torch_compile` on the batches `bertology pretrain` makes (flattened, with target positions): dynamo traces
     forward and loss as one graph (`fullgraph=True`: a sync or any other break would raise), and the token and
     target counts, new every batch, stop causing compilations after the first few (static, then dynamic shapes).
@@ -205,7 +223,8 @@ def test_padding_free_step_compiles_as_one_graph_that_stays(corpus_file, variant
     from hf_bertology.collators.flatten import PaddingFreeCollator
     from hf_bertology.training.attention import use_padding_free
 
-    recipe = get_recipe(f"{variant}-tiny")
+    recipe = get_recipe(recipe_name)
+    assert recipe.padding_free
     corpus = load_corpus(train_files=[str(corpus_file)])
     tokenizer = recipe.train_tokenizer(corpus["text"], 300)
     recipe.adapt_to_tokenizer(tokenizer)

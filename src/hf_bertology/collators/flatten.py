@@ -65,7 +65,7 @@ def flatten_batch(batch: dict[str, torch.Tensor]) -> dict[str, Any]:
 
     flat: dict[str, Any] = {}
     for key, value in batch.items():
-        if key == "attention_mask":
+        if key == "attention_mask" or key in TARGET_POSITIONS.values():  # target positions: recomputed below
             continue
         if torch.is_tensor(value) and value.dim() >= 2 and value.shape[:2] == (rows, width):
             value = value[real]  # (T, ...)
@@ -84,6 +84,8 @@ def flatten_batch(batch: dict[str, torch.Tensor]) -> dict[str, Any]:
     # computed here once per batch rather than in every layer (and `bucketize` does not compile on every torch).
     slots = torch.arange(rows)[:, None] * longest + torch.arange(width)[None, :]  # (B, L)
     flat["packed_slots"] = slots[real]  # (T,)
+    if any(key in batch for key in TARGET_POSITIONS.values()):  # they index the padded layout: index the flat one
+        add_target_positions(flat)
     return flat
 
 
