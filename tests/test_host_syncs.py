@@ -186,17 +186,22 @@ def test_binary_auc_over_the_real_tokens_matches_sklearn():
 
 
 def test_gpu_defaults_copy_batches_without_blocking(monkeypatch, corpus_file, tmp_path):
-    """On a CUDA machine: bf16, TF32, fused AdamW, and non-blocking copies of the (pinned) batches; the setting
-    parses and trains as a flag too (here on the CPU)."""
+    """On a CUDA machine: bf16, TF32, fused AdamW, non-blocking copies of the (pinned) batches, collation in up to 4
+    DataLoader workers (none when streaming); the copy setting parses and trains as a flag too (here on the CPU)."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    monkeypatch.setattr(pretrain.os, "cpu_count", lambda: 16)
     defaults = pretrain.device_defaults(set())
     assert defaults == {
         "tf32": True,
         "optim": "adamw_torch_fused",
         "accelerator_config": {"non_blocking": True},
+        "dataloader_num_workers": 4,
         "bf16": True,
     }
+    assert "dataloader_num_workers" not in pretrain.device_defaults(set(), streaming=True)
+    monkeypatch.setattr(pretrain.os, "cpu_count", lambda: 2)
+    assert pretrain.device_defaults(set())["dataloader_num_workers"] == 1
     assert pretrain.device_defaults({"use_cpu"}) == {}
     assert pretrain.PRETRAIN_DEFAULTS["logging_nan_inf_filter"] is False  # its isnan test syncs every micro-batch
     monkeypatch.undo()
