@@ -73,10 +73,15 @@ def test_dynamic_masks_differ_between_passes(bert_tokenizer, features):
     assert torch.equal(first["labels"], again["labels"])
 
 
-def test_max_predictions_cap(bert_tokenizer, features):
-    batch = DataCollatorForMaskedLM(bert_tokenizer, max_predictions_per_seq=3, seed=0)(features[:128])
-    counts = batch["labels"].ne(-100).sum(1)
-    assert counts.max() == 3 and counts.min() >= 1
+def test_max_predictions_cap(bert_tokenizer, features, texts):
+    """Every row predicts exactly min(cap, max(1, round(15% of its real tokens))) tokens (official
+    `create_masked_lm_predictions`), rows under the cap and rows at it alike."""
+    short = [{"input_ids": ids} for ids in bert_tokenizer(texts[:64], truncation=True, max_length=12)["input_ids"]]
+    batch = DataCollatorForMaskedLM(bert_tokenizer, max_predictions_per_seq=3, seed=0)(features[:128] + short)
+    n_real = batch["attention_mask"].sum(1)
+    expected = torch.round(n_real.double() * 0.15).long().clamp(min=1, max=3)
+    assert (expected < 3).sum() >= 10 and (expected == 3).sum() >= 100  # both sides of the cap are exercised
+    assert torch.equal(batch["labels"].ne(-100).sum(1), expected)
 
 
 def test_whole_word_masking_takes_whole_words(bert_tokenizer, texts):

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import torch
 from transformers import AutoTokenizer
 
 from hf_bertology.cli import main as cli_main
@@ -133,6 +135,8 @@ def test_offline_hub_dataset_says_pass_train_file(tmp_path, capsys, monkeypatch)
 
 
 def test_continue_from_checkpoint_without_recipe(tmp_path, corpus_file):
+    """`--model_name_or_path` alone continues the saved run: its weights (with lr 0 they come out unchanged), its
+    tokenizer, and its recipe from the config (class, objective settings); a normal step then trains on."""
     first = tmp_path / "first"
     main(
         [
@@ -147,12 +151,27 @@ def test_continue_from_checkpoint_without_recipe(tmp_path, corpus_file):
             *FAST,
         ]
     )
-    second = tmp_path / "second"
-    metrics = main(
-        ["--model_name_or_path", str(first), "--train_file", str(corpus_file), "--output_dir", str(second), *FAST]
-    )
+    from safetensors.torch import load_file
+
+    def continued(name: str, *flags: str) -> tuple[dict, Path]:
+        out = tmp_path / name
+        argv = ["--model_name_or_path", str(first), "--train_file", str(corpus_file), "--output_dir", str(out)]
+        return main([*argv, *FAST, *flags]), out
+
+    _, frozen = continued("frozen", "--learning_rate", "0", "--weight_decay", "0")
+    before, after = load_file(first / "model.safetensors"), load_file(frozen / "model.safetensors")
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+    assert (frozen / "tokenizer.json").read_text() == (first / "tokenizer.json").read_text()
+    first_config = json.loads((first / "config.json").read_text())
+    config = json.loads((frozen / "config.json").read_text())
+    assert config["model_type"] == "roberta" and config["architectures"] == first_config["architectures"]
+    assert {k: v for k, v in config.items() if k != "transformers_version"} == {
+        k: v for k, v in first_config.items() if k != "transformers_version"
+    }
+    metrics, second = continued("second")
     assert metrics["train_loss"] > 0
-    assert json.loads((second / "config.json").read_text())["model_type"] == "roberta"
+    trained = load_file(second / "model.safetensors")
+    assert any(not torch.equal(before[k], trained[k]) for k in before)
 
 
 def test_saved_tokenizer_knows_the_models_length(tmp_path, corpus_file):

@@ -229,7 +229,26 @@ def test_unigram_replacement_and_from_config(tokenizer):
 
 
 def test_word_starts_from_vocabulary(tokenizer):
-    collator = DataCollatorForSpanMasking(tokenizer, seed=6)
-    features = [{"input_ids": f["input_ids"]} for f in make_features(tokenizer, 8, 64, 3)]
-    batch = collator(features)  # no `word_starts`: the "##" table decides
-    assert (batch["labels"] != -100).sum() > 0
+    """Without `word_starts` the "##" table decides the words: on real text, where it agrees with the tokenizer's
+    `word_ids()`, the spans are exactly those made with the words given, and every chosen piece's word is chosen."""
+    rng = random.Random(1)
+    # the vocabulary's own words, and made-up ones it splits into pieces
+    made_up = ["".join(rng.choice(["qu", "zo", "xi", "va", "ky"]) for _ in range(3)) for _ in range(20)]
+    texts = [" ".join(rng.choice(WORDS + made_up) for _ in range(40)) for _ in range(8)]
+    encoded = tokenizer(texts, truncation=True, max_length=64)
+    given = []
+    for row, ids in enumerate(encoded["input_ids"]):
+        words = encoded.word_ids(row)
+        given.append(
+            {"input_ids": ids, "word_starts": [int(w is None or w != p) for w, p in zip(words, [None, *words])]}
+        )
+    with_words = DataCollatorForSpanMasking(tokenizer, seed=6)(given)
+    from_vocab = DataCollatorForSpanMasking(tokenizer, seed=6)([{"input_ids": f["input_ids"]} for f in given])
+    assert torch.equal(from_vocab["labels"], with_words["labels"])
+    assert torch.equal(from_vocab["input_ids"], with_words["input_ids"])
+    chosen = from_vocab["labels"] != -100
+    pieces = tokenizer.convert_ids_to_tokens(with_words["labels"].where(chosen, 0).flatten().tolist())
+    continuation = torch.tensor([p.startswith("##") for p in pieces]).view_as(chosen) & chosen
+    assert continuation.sum() >= 10  # multi-piece words were chosen
+    rows, cols = continuation.nonzero(as_tuple=True)
+    assert chosen[rows, cols - 1].all()  # a chosen continuation's preceding piece is chosen: whole words
