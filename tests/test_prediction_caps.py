@@ -56,6 +56,29 @@ def test_explicit_caps_are_kept():
     assert hb.get_recipe("roberta-base", max_predictions_per_seq=20).fit_to_length(128).max_predictions_per_seq == 20
 
 
+def test_xlnet_memory_and_permutation_follow_the_length():
+    """reuse = perm = half the length and mem = three quarters: the README's 256/256/384 at 512, in proportion at
+    other lengths; explicit values and "off" (0, None) are kept."""
+    for length, expected in [(512, (256, 256, 384)), (128, (64, 64, 96)), (64, (32, 32, 48))]:
+        config = hb.get_recipe("xlnet-base").fit_to_length(length)
+        assert (config.reuse_len, config.perm_size, config.mem_len) == expected, length
+    config = hb.get_recipe("xlnet-base", reuse_len=100, mem_len=0, perm_size=None).fit_to_length(128)
+    assert (config.reuse_len, config.perm_size, config.mem_len) == (100, None, 0)
+    assert hb.get_recipe("xlnet-base").fit_to_length(128, explicit={"mem_len"}).mem_len == 384
+
+
+def test_xlnet_pretrains_at_a_length_other_than_its_presets(tmp_path, corpus_file):
+    """`--max_seq_length 32` on xlnet-tiny (preset 64, reuse 32): before the memory followed the length there was no
+    room left for the segments."""
+    from hf_bertology.training.pretrain import main
+
+    out = tmp_path / "xlnet"
+    main(["--recipe", "xlnet-tiny", "--train_file", str(corpus_file), "--output_dir", str(out), "--max_steps", "2",
+          "--max_seq_length", "32"])  # fmt: skip
+    config = json.loads((out / "config.json").read_text())
+    assert (config["reuse_len"], config["perm_size"], config["mem_len"], config["num_predict"]) == (16, 16, 24, None)
+
+
 _TOKENIZERS: dict = {}
 
 

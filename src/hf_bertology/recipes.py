@@ -51,6 +51,8 @@ class Variant:
     padding_free: bool = True  # batches can be flattened (collators/flatten.py); XLNet's permutation inputs cannot
     # (config field, rule(config, max_seq_length)): the prediction cap the official code derives from the length
     prediction_cap: tuple[str, Callable[[PretrainedConfig, int], int]] | None = None
+    # {config field: rule(config, max_seq_length)}: other settings the paper sizes by the length (XLNet's memory)
+    length_rules: dict[str, Callable[[PretrainedConfig, int], int]] = field(default_factory=dict)
     # The paper's encoder (a key of BACKBONES; None: the objective works on no other, as XLNet's) and the objective's
     # parts other than masking (fields of the composed config, see models/composed) when it runs on another encoder.
     backbone: str | None = None
@@ -124,6 +126,12 @@ VARIANTS: dict[str, Variant] = {
         trainer_class="xlnet_trainer.XLNetTrainer",
         padding_free=False,  # two-stream relative attention is XLNet's own code, and perm_mask is (B, L, L)
         prediction_cap=("num_predict", lambda c, n: xlnet_num_predict(c.mask_alpha, c.mask_beta, n)),
+        # the README's 512: reuse = perm = 256, mem 384 (xlnet issue #59); the same proportions at other lengths
+        length_rules={
+            "reuse_len": lambda c, n: n // 2,
+            "perm_size": lambda c, n: n // 2,
+            "mem_len": lambda c, n: n * 3 // 4,
+        },
     ),
     # Plain transformers loads the discriminator (ElectraForPreTraining); `bertology export` writes either network.
     "electra": Variant(
@@ -749,12 +757,19 @@ class Recipe:
         (`round(length / 6)`: 85 at 512). A cap set explicitly (in `get_recipe`'s overrides, in `explicit`, e.g.
         `--config_overrides`, or by an earlier run: `predictions_follow_length=False` in the checkpoint's config) is
         kept, and so is no cap (`None`); variants without such a rule have no cap by default.
+
+        XLNet's `reuse_len` and `perm_size` (half the length) and `mem_len` (three quarters) follow the length too
+        (`Variant.length_rules`), unless set explicitly; 0 or `None` (no memory, no local permutation) stays.
         """
         self.max_seq_length = max_seq_length
+        explicit = set(explicit) | set(self.explicit)
+        for name, rule in self.spec.length_rules.items():
+            if name not in explicit and getattr(self.config, name, None):
+                setattr(self.config, name, rule(self.config, max_seq_length))
         if self.spec.prediction_cap is None:
             return self.config
         name, rule = self.spec.prediction_cap
-        if name in self.explicit or name in set(explicit):
+        if name in explicit:
             self.config.predictions_follow_length = False  # saved with the checkpoint: a continued run keeps it
         if getattr(self.config, "predictions_follow_length", True) and getattr(self.config, name) is not None:
             setattr(self.config, name, rule(self.config, max_seq_length))
