@@ -24,9 +24,9 @@ from hf_bertology.training.trainer import BertologyTrainer
 HOST_SIDE = ("hf_bertology/collators/", "torch/utils/data/", "accelerate/data_loader.py")
 # The syncs left, all inside transformers' own modeling code (file names), and why.
 KNOWN = {
-    # two-stream attention: `one_hot` of the segment matrix checks its values on the host; the Trainer's memory
-    # reset reads `new_stream` (XLNet stays padded, its attention is its own code)
-    "xlnet": {"modeling_xlnet.py", "xlnet_trainer.py"},
+    # two-stream attention: `one_hot` of the segment matrix checks its values on the host (XLNet stays padded, its
+    # attention is its own code)
+    "xlnet": {"modeling_xlnet.py"},
     # transformers' SDPA mask skips the mask when `attention_mask.all()`, read on the host
     "modernbert": {"masking_utils.py"},
 }

@@ -138,8 +138,7 @@ class DataCollatorForPermutationLM(ExampleSeeded):
     function of (seed, epoch, example id, position) (`RandomSource`).
 
     Input features: dicts with `input_ids` (XLNet's layout `A <sep> B <sep> <cls>`, specials included) and optionally
-    `token_type_ids` (0/1/2), `word_starts`, `special_tokens_mask`, and per-example scalars that are passed through
-    (e.g. `new_stream`, which the XLNet trainer reads to reset its memory).
+    `token_type_ids` (0/1/2), `word_starts`, `special_tokens_mask`, and per-example scalars that are passed through.
     Output: `input_ids` (unchanged), `token_type_ids`, `attention_mask`, `perm_mask` `(B, L, L)` bool (True: may
     not attend; `XLNetModel` takes it as it is, and it is 4x smaller than float), `target_mapping` `(B, P, L)`
     float, `labels` `(B, P)`, with P = `num_predict` (or the batch's largest count).

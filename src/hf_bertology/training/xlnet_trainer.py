@@ -8,10 +8,10 @@ attends to the cached hidden states of the previous segment. Two pieces do that 
 - `StreamBatches` orders the training examples as Transformer-XL's `batchify`: the examples (in stream order, by
   their `stream_position`) are cut into `batch_size * num_processes` contiguous streams, and batch slot s of step k
   holds example k of stream s. Under DDP, accelerate gives process p every `num_processes`-th batch, so the batches
-  are laid out so that process p's slots always continue the same streams. An epoch ends all streams at once;
-  the first step of an epoch marks its examples `new_stream`.
+  are laid out so that process p's slots always continue the same streams. An epoch ends all streams at once.
 - `XLNetTrainer.compute_loss` feeds the `mems` returned by one training step into the next (they are already
-  detached: `XLNetModel.cache_mem`), resets them where `new_stream` is set or the batch shape changes, and runs
+  detached: `XLNetModel.cache_mem`), starts without them at every epoch (where every stream starts again; known on
+  the host, so no step reads a device flag) or when the batch shape changes, and runs
   evaluation without memory (evaluation examples are not laid out as streams); the training memory is kept across
   an evaluation, as the streams go on after it. Micro-batches of one optimizer step are consecutive segments too,
   so gradient accumulation just works. After resuming from a checkpoint the memory starts empty.
@@ -60,9 +60,7 @@ class StreamBatches(Dataset):
     def __getitem__(self, position: int) -> dict[str, Any]:
         index = int(self.index[position])
         # the id of the example itself (not of its slot), so its masks do not depend on the batch layout
-        example = {EXAMPLE_ID: index, **self.dataset[index]}
-        example["new_stream"] = int(position < self.num_streams)
-        return example
+        return {EXAMPLE_ID: index, **self.dataset[index]}
 
 
 class XLNetTrainer(BertologyTrainer):
@@ -91,16 +89,17 @@ class XLNetTrainer(BertologyTrainer):
     def _set_signature_columns_if_needed(self):
         super()._set_signature_columns_if_needed()
         # with remove_unused_columns=True, keep what the collator and this trainer read
-        extra = [name for name in ("new_stream", "word_starts") if name not in self._signature_columns]
+        extra = [name for name in ("word_starts",) if name not in self._signature_columns]
         self._signature_columns = [*self._signature_columns, *extra]
 
+    def _run_epoch(self, *args, **kwargs):
+        self._mems = None  # every stream starts again with the epoch (`StreamBatches`)
+        return super()._run_epoch(*args, **kwargs)
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        new_stream = inputs.pop("new_stream", None)
         carry = model.training and self.uses_memory
         if carry:
             batch_size = inputs["input_ids"].shape[0]
-            if new_stream is not None and bool(new_stream.any()):
-                self._mems = None
             if self._mems is not None and self._mems[0].shape[1] == batch_size:
                 inputs["mems"] = self._mems
         inputs["use_mems"] = carry
