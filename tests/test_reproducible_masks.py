@@ -241,3 +241,26 @@ def test_collator_without_ids_draws_anew(tokenizers, texts):
     features = [{"input_ids": f["input_ids"]} for f in make_features(collator.tokenizer, texts)]
     assert not torch.equal(collator(features)["labels"], collator(features)["labels"])
     assert Recording(collator).set_epoch(2) is None and collator._random.epoch == 2  # the wrapper forwards
+
+
+def test_every_evaluation_masks_alike(tmp_path, corpus_file):
+    """The README's command with held-out examples, an unchanged model (lr 0, no dropout at evaluation) and
+    evaluations in three epochs: the same eval loss every time, as evaluation draws its masks from an epoch of its
+    own (`EVAL_EPOCH`), not from the training epoch of the moment."""
+    from transformers import TrainerCallback
+
+    from hf_bertology.training import pretrain
+
+    evaluations = []
+
+    class Record(TrainerCallback):
+        def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+            evaluations.append((state.epoch, metrics["eval_loss"]))
+
+    flags = ["--recipe", "bert-tiny", "--train_file", str(corpus_file), "--output_dir", str(tmp_path / "run"),
+             "--do_train", "--do_eval", "--eval_strategy", "steps", "--eval_steps", "2", "--num_train_epochs", "3",
+             "--per_device_train_batch_size", "32", "--learning_rate", "0", "--weight_decay", "0"]  # fmt: skip
+    pretrain.main(flags, callbacks=[Record()])
+    epochs = {int(epoch - 1e-9) for epoch, _ in evaluations}
+    assert len(evaluations) >= 4 and epochs == {0, 1, 2}, evaluations
+    assert len({loss for _, loss in evaluations}) == 1, evaluations

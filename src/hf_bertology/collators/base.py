@@ -184,6 +184,11 @@ class ExampleSeeded:
 
     _random: RandomSource
 
+    @property
+    def epoch(self) -> int:
+        """The epoch whose masks the collator draws now."""
+        return self._random.epoch
+
     def set_epoch(self, epoch: int) -> None:
         """Masks of epoch `epoch` from now on (`BertologyTrainer` calls it at every epoch start)."""
         self._random.epoch = int(epoch)

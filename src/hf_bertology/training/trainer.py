@@ -21,6 +21,9 @@ And three things for long runs that are killed and resumed:
    the id. We give the collator the seed once and the epoch at every epoch start, before the dataloader starts its
    workers. So an example's masks do not depend on the batch size, the dataloader workers, the number of processes
    or an interruption: a resumed run masks exactly as the uninterrupted one did, with or without workers.
+   Evaluation draws from an epoch of its own (`EVAL_EPOCH`): the held-out examples get the same masks at every
+   evaluation, so eval losses along a run (and across runs with one seed) differ by the model only, as with the
+   official BERT's evaluation set, masked once when it is written.
 4. **Exact resumption of the rest.** The model's own draws (dropout, ELECTRA's sampling) and the masks of
    features without ids (a streaming dataset) come from torch's global RNG, which the Trainer saves in
    `rng_state.pth`. But the dataloader collates a batch ahead (accelerate's `DataLoaderShard` prefetches one), so at
@@ -62,6 +65,7 @@ from ..collators.base import EXAMPLE_ID
 from ..utils import logger
 
 COMPLETE_MARKER = "checkpoint_complete.json"
+EVAL_EPOCH = -1  # the collator's epoch while evaluating: one set of masks for every evaluation, none a training one
 _CHECKPOINT = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
 
 
@@ -220,6 +224,17 @@ class BertologyTrainer(Trainer):
         if epoch is not None and hasattr(self.data_collator, "set_epoch"):
             self.data_collator.set_epoch(epoch)  # before the epoch's dataloader iterator starts its workers
         return super()._run_epoch(*args, **kwargs)
+
+    def evaluate(self, *args, **kwargs):
+        collator = self.data_collator
+        if not hasattr(collator, "set_epoch"):
+            return super().evaluate(*args, **kwargs)
+        epoch = collator.epoch
+        collator.set_epoch(EVAL_EPOCH)  # before the eval dataloader starts its workers
+        try:
+            return super().evaluate(*args, **kwargs)
+        finally:
+            collator.set_epoch(epoch)
 
     def _set_signature_columns_if_needed(self):
         super()._set_signature_columns_if_needed()
