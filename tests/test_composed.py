@@ -342,3 +342,47 @@ def test_cell_loads_with_remote_code_without_hf_bertology(cell, cli_corpus, tmp_
     loaded = json.loads(result.stdout.strip().splitlines()[-1])
     assert loaded["class"] == get_recipe(f"{cell[0]}-tiny", backbone=cell[1]).model_class.__name__
     assert torch.isfinite(torch.tensor(loaded["loss"]))
+
+
+@pytest.mark.parametrize("recipe_name", ["electra-tiny@albert", "deberta-v3-tiny@roberta"])
+def test_export_writes_either_network_of_an_rtd_cell_as_plain_transformers(recipe_name, cli_corpus, tmp_path):
+    """`bertology export --part generator|discriminator` on an RTD objective on another encoder (ES on ALBERT, GDES
+    on RoBERTa): the family's `*ForMaskedLM` and base model, plain configs, nothing missing, the joint model's
+    outputs (the discriminator's under GDES from the merged table E_G + Δ)."""
+    from hf_bertology import cli
+
+    out = tmp_path / "joint"
+    pretrain.main(pretrain_argv(recipe_name, cli_corpus, out, "--max_steps", "2"))
+    recipe = get_recipe(recipe_name)
+    joint = recipe.model_class.from_pretrained(out).eval()
+    ids = torch.randint(5, joint.config.vocab_size, (2, 9))
+    for part, plain_class in (("generator", AutoModelForMaskedLM), ("discriminator", AutoModel)):
+        assert cli.main(["export", "--part", part, str(out), str(tmp_path / part)]) == 0
+        config = json.loads((tmp_path / part / "config.json").read_text())
+        assert "auto_map" not in config and "objective" not in config and "embedding_sharing" not in config
+        plain, info = plain_class.from_pretrained(tmp_path / part, output_loading_info=True)
+        assert type(plain).__module__.startswith(f"transformers.models.{joint.config.model_type.replace('-', '_')}")
+        assert not info["missing_keys"] and not info["unexpected_keys"], info
+        with torch.no_grad():
+            if part == "generator":
+                mine, theirs = joint.generator(input_ids=ids).logits, plain.eval()(input_ids=ids).logits
+            else:
+                mine = joint.discriminate(ids).last_hidden_state
+                theirs = plain.eval()(input_ids=ids).last_hidden_state
+        torch.testing.assert_close(theirs, mine, rtol=1e-5, atol=1e-5)
+    assert (tmp_path / "generator" / "tokenizer_config.json").is_file()
+
+
+def test_export_part_reads_the_kind_of_checkpoint(cli_corpus, tmp_path, capsys):
+    """`--part` on a paper ELECTRA checkpoint writes what `--electra-part` writes; a masked-LM cell has no generator."""
+    from hf_bertology import cli
+
+    electra = tmp_path / "electra"
+    pretrain.main(pretrain_argv("electra-tiny", cli_corpus, electra, "--max_steps", "1"))
+    assert cli.main(["export", "--part", "generator", str(electra), str(tmp_path / "a")]) == 0
+    assert cli.main(["export", "--electra-part", "generator", str(electra), str(tmp_path / "b")]) == 0
+    assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
+    mlm = tmp_path / "mlm"
+    pretrain.main(pretrain_argv("bert-tiny@roberta", cli_corpus, mlm, "--max_steps", "1"))
+    assert cli.main(["export", "--part", "generator", str(mlm), str(tmp_path / "c")]) == 2
+    assert "has no generator" in capsys.readouterr().err

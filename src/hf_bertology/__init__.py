@@ -8,7 +8,7 @@ collator = recipe.build_collator(tokenizer)
 """
 
 from .collators import DataCollatorForMaskedLM, DataCollatorForPermutationLM, DataCollatorForSpanMasking
-from .export import export_deberta_v3, export_electra
+from .export import export_composed, export_deberta_v3, export_electra, export_part
 from .models.albert import BertologyAlbertConfig, BertologyAlbertForPreTraining
 from .models.bert import BertologyBertConfig, BertologyBertForPreTraining
 from .models.deberta_v3 import BertologyDebertaV3Config, BertologyDebertaV3ForPreTraining
@@ -47,8 +47,10 @@ __all__ = [
     "BertologyXLNetForPreTraining",
     "DataCollatorForPermutationLM",
     "Recipe",
+    "export_composed",
     "export_deberta_v3",
     "export_electra",
+    "export_part",
     "get_recipe",
     "list_recipes",
 ]
