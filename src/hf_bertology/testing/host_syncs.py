@@ -2,8 +2,8 @@
 
 A GPU step is fast only while the host runs ahead of the device: it queues the next kernels while the current ones
 run. Every operation whose result the host must read stops that: `.item()`, `bool(tensor)`, a boolean index
-(`x[mask]` needs the number of `True`s to size its output), `nonzero`, `masked_select`, `unique`, a blocking copy
-between devices (`torch.tensor(n, device=cuda)` is one: `torch.full` makes the same tensor on the device). After such a *host sync* the device idles until the host has queued work again, and the Trainer's
+(`x[mask]` needs the number of `True`s to size its output), `nonzero`, `masked_select`, `unique`, `.tolist()`,
+`.numpy()`, `.cpu()`, a blocking copy between devices (`torch.tensor(n, device=cuda)` is one: `torch.full` makes the same tensor on the device). After such a *host sync* the device idles until the host has queued work again, and the Trainer's
 Python overhead, the data loading and the optimizer's launches all land on the critical path.
 
 On a CUDA device `torch.cuda.set_sync_debug_mode` reports syncs, but only there. `HostSyncs` finds the same
@@ -40,6 +40,8 @@ _SYNC_OPS = {
 }
 # Index operations that sync when an index is a boolean mask (it becomes `nonzero` inside the kernel).
 _BOOL_INDEX_OPS = {aten.index.Tensor, aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default}
+# Tensor methods that read a tensor's values on the host without going through the dispatcher on a CPU tensor.
+_HOST_READS = ("tolist", "numpy", "cpu")
 # Frames of these paths are torch's own plumbing: the site reported is the first frame outside them.
 _INTERNAL = ("/torch/", "/contextlib.py", "/functools.py", "/hf_bertology/testing/host_syncs.py")
 
@@ -73,6 +75,24 @@ class HostSyncs(TorchDispatchMode):
 
     def by_site(self) -> dict[str, int]:
         return dict(self.sites.most_common())
+
+    def __enter__(self):
+        self._originals = {name: getattr(torch.Tensor, name) for name in _HOST_READS}
+        for name, original in self._originals.items():
+            setattr(torch.Tensor, name, self._reader(name, original))
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for name, original in self._originals.items():
+            setattr(torch.Tensor, name, original)
+        return super().__exit__(*exc)
+
+    def _reader(self, name: str, original):
+        def read(tensor, *args, **kwargs):
+            self._record(f"Tensor.{name}()")
+            return original(tensor, *args, **kwargs)
+
+        return read
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
