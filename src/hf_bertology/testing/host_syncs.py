@@ -3,8 +3,9 @@
 A GPU step is fast only while the host runs ahead of the device: it queues the next kernels while the current ones
 run. Every operation whose result the host must read stops that: `.item()`, `bool(tensor)`, a boolean index
 (`x[mask]` needs the number of `True`s to size its output), `nonzero`, `masked_select`, `unique`, `.tolist()`,
-`.numpy()`, `.cpu()`, a blocking copy between devices (`torch.tensor(n, device=cuda)` is one: `torch.full` makes the same tensor on the device). After such a *host sync* the device idles until the host has queued work again, and the Trainer's
-Python overhead, the data loading and the optimizer's launches all land on the critical path.
+`.numpy()`, `.cpu()`, a blocking copy between devices (`torch.tensor(n, device=cuda)` is one: `torch.full` makes the
+same tensor on the device). After such a *host sync* the device idles until the host has queued work again, and the
+Trainer's Python overhead, the data loading and the optimizer's launches all land on the critical path.
 
 On a CUDA device `torch.cuda.set_sync_debug_mode` reports syncs, but only there. `HostSyncs` finds the same
 operations at the dispatcher (`TorchDispatchMode`), so a CPU test can check that a training step has none:

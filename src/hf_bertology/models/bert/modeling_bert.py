@@ -137,9 +137,8 @@ class BertologyBertForPreTraining(BertPreTrainedModel):
             predicted = labels.ne(-100)  # (B, T)
             at = predicted.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
             targets = labels.flatten().index_select(0, at)
-            prediction_logits = self.cls.predictions(
-                sequence_output.flatten(0, 1).index_select(0, at)
-            )  # (M, V): sparse
+            states = sequence_output.flatten(0, 1).index_select(0, at)  # (M, H): the labelled tokens
+            prediction_logits = self.cls.predictions(states)  # (M, V): sparse prediction
             n_tokens = predicted.sum()
             mlm_sum = F.cross_entropy(prediction_logits.float(), targets, reduction="sum")
             mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", n_tokens, n_tokens)

@@ -374,7 +374,8 @@ class ComposedForPreTraining:
             predicted = labels.ne(-100)  # (B, T)
             at = predicted.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
             targets = labels.flatten().index_select(0, at)
-            out.logits = MLM_HEADS[self.config.model_type](self, states.flatten(0, 1).index_select(0, at))  # sparse
+            labelled = states.flatten(0, 1).index_select(0, at)  # (M, H): the labelled tokens
+            out.logits = MLM_HEADS[self.config.model_type](self, labelled)  # (M, V): sparse prediction
             n_masked = predicted.sum()
             out.mlm_loss = F.cross_entropy(out.logits.float(), targets, reduction="sum") / _denominator(
                 num_items_in_batch, "labels", n_masked, n_masked

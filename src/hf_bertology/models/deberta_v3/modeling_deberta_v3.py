@@ -229,7 +229,8 @@ class BertologyDebertaV3ForPreTraining(DebertaV2PreTrainedModel):
 
         # -- generator: masked LM on the chosen positions only ---------------------------------------------------
         generator = self.generator
-        gen_hidden = generator.deberta(input_ids, **inputs).last_hidden_state.flatten(0, 1).index_select(0, at)
+        gen_hidden = generator.deberta(input_ids, **inputs).last_hidden_state
+        gen_hidden = gen_hidden.flatten(0, 1).index_select(0, at)  # (M, H): the chosen tokens
         prediction_logits = generator.lm_predictions(gen_hidden, generator.deberta.embeddings.word_embeddings)
         mlm_sum = F.cross_entropy(prediction_logits.float(), targets, reduction="sum")  # logits (M, V)
         mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", n_chosen, n_chosen)

@@ -286,7 +286,8 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
                 position_ids=position_ids,
                 **kwargs,
             ).last_hidden_state
-            gen_hidden = self.generator.generator_predictions(gen_hidden.flatten(0, 1).index_select(0, at))  # (M, E)
+            gen_hidden = gen_hidden.flatten(0, 1).index_select(0, at)  # (M, H_G): the chosen tokens
+            gen_hidden = self.generator.generator_predictions(gen_hidden)  # (M, E)
             prediction_logits = self.generator.generator_lm_head(gen_hidden)  # (M, V)
         mlm_sum = F.cross_entropy(prediction_logits.float(), targets, reduction="sum")
         mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", n_chosen, n_chosen)

@@ -101,7 +101,8 @@ class BertologyRobertaForPreTraining(RobertaPreTrainedModel):
             predicted = labels.ne(-100)  # (B, T)
             at = predicted.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
             targets = labels.flatten().index_select(0, at)
-            logits = self.lm_head(sequence_output.flatten(0, 1).index_select(0, at))  # (M, V): sparse prediction
+            states = sequence_output.flatten(0, 1).index_select(0, at)  # (M, H): the labelled tokens
+            logits = self.lm_head(states)  # (M, V): sparse prediction
             if isinstance(num_items_in_batch, Mapping):
                 num_items_in_batch = num_items_in_batch.get("labels")
             denominator = predicted.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch

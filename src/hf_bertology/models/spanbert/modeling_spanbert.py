@@ -181,7 +181,8 @@ class BertologySpanBertForPreTraining(BertPreTrainedModel):
             predicted = labels.ne(-100)  # (B, T)
             at = predicted.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
             targets = labels.flatten().index_select(0, at)
-            logits = self.cls(sequence_output.flatten(0, 1).index_select(0, at))  # (M, V): sparse prediction
+            states = sequence_output.flatten(0, 1).index_select(0, at)  # (M, H): the labelled tokens
+            logits = self.cls(states)  # (M, V): sparse prediction
             mlm_sum = F.cross_entropy(logits.float(), targets, reduction="sum")
             mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", predicted.sum())
             mlm_accuracy = (logits.argmax(-1) == targets).float().sum() / predicted.sum().clamp(min=1)

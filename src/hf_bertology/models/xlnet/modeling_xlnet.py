@@ -113,9 +113,8 @@ class BertologyXLNetForPreTraining(XLNetPreTrainedModel):
             predicted = labels.ne(-100)  # (B, P)
             at = predicted.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
             targets = labels.flatten().index_select(0, at)
-            logits = self.lm_loss(
-                hidden.flatten(0, 1).index_select(0, at)
-            )  # (M, V): sparse prediction, padded rows skipped
+            states = hidden.flatten(0, 1).index_select(0, at)  # (M, d): the real targets, padded rows skipped
+            logits = self.lm_loss(states)  # (M, V): sparse prediction
             if isinstance(num_items_in_batch, Mapping):
                 num_items_in_batch = num_items_in_batch.get("labels")
             denominator = predicted.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
