@@ -1,6 +1,6 @@
 """No host sync in a training step: the README's `bertology pretrain` command, on every recipe, runs its steps with
 no operation that makes the host wait for the device (`hf_bertology.testing.HostSyncs`), and what replaced those
-operations gives the same numbers: label positions vs boolean indexing, the device-side token count vs the stock
+operations gives the same numbers: target positions vs boolean indexing, the device-side token count vs the stock
 Trainer's, the sync-free AUC vs scikit-learn."""
 
 from __future__ import annotations
