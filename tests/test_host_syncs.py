@@ -254,3 +254,20 @@ def test_padding_free_step_compiles_as_one_graph_that_stays(corpus_file, recipe_
         assert torch.isfinite(loss)
         graphs.append(counters["stats"]["unique_graphs"])
     assert graphs[1] == 2 and graphs[-1] == graphs[2], f"graphs compiled per step: {graphs}"
+
+
+@pytest.mark.parametrize("recipe", ["bert-tiny", "electra-tiny", "deberta-v3-tiny"])
+def test_torch_compile_flag_compiles_once(corpus_file, tmp_path, recipe):
+    """The README's command with `--torch_compile` (backend `eager`: dynamo traces as inductor would, without
+    generating code): the Trainer's compiled model traces one graph, with dynamic shapes from the start, and keeps
+    it while every batch brings new counts. The stock plugin (`dynamic=None`) traces two: static, then dynamic.
+    Padding-free (BERT, ELECTRA's two encoders) and padded (DeBERTa-v3)."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    out = tmp_path / recipe
+    argv = ["--recipe", recipe, "--train_file", str(corpus_file), "--output_dir", str(out), "--max_steps", "6"]
+    pretrain.main([*argv, "--torch_compile", "--torch_compile_backend", "eager"])
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+    torch._dynamo.reset()
