@@ -101,6 +101,25 @@ def test_flop_count_shared_layers_and_einsum_weights():
     assert counter.forward_flops == linear + einsum + attention
 
 
+def test_budget_counts_training_only_not_evaluation(corpus_file, tmp_path):
+    """`bertology compare --pretrain_args "--do_eval --eval_strategy steps ..."`: evaluations run forward passes
+    (no grad, eval mode) between the steps; the budget spends nothing on them, so a run with evaluations gets the
+    same FLOPs, tokens, sequences and predicted positions, step for step, as one without."""
+    from hf_bertology.training import pretrain
+    from hf_bertology.training.budget import ComputeBudgetCallback
+
+    spent = {}
+    # both hold the same examples out (`--do_eval`); one evaluates every 2 steps, the other after training only
+    for name, extra in {"plain": [], "evaluating": ["--eval_strategy", "steps", "--eval_steps", "2"]}.items():
+        budget = ComputeBudgetCallback(budget_flops=1e18, schedule=False, progress=False)
+        argv = ["--recipe", "bert-tiny", "--train_file", str(corpus_file), "--output_dir", str(tmp_path / name)]
+        argv += ["--max_steps", "4", "--seed", "1", "--save_strategy", "no", "--do_train", "--do_eval"]
+        metrics = pretrain.main([*argv, *extra], callbacks=[budget])
+        spent[name] = {k: v for k, v in budget.summary().items() if k != "seconds"}
+    assert "eval_loss" in metrics
+    assert spent["evaluating"] == spent["plain"] and spent["plain"]["flops"] > 0
+
+
 def test_budget_schedule_warms_up_then_decays_to_zero():
     assert budget_schedule(0.0, 0.1) == 0.0
     assert budget_schedule(0.05, 0.1) == pytest.approx(0.5)

@@ -86,6 +86,16 @@ def test_parts_compose_on_a_papers_own_encoder():
     assert recipe.config.sentence_task == "sop" and recipe.config.sbo_max_targets == 15
 
 
+@pytest.mark.parametrize("recipe_name", ["bert-tiny+sentence_task=none", "roberta-tiny+sentence_task=sop"])
+def test_parts_on_a_papers_own_encoder_train_and_evaluate(recipe_name, cli_corpus, tmp_path):
+    """`bertology pretrain --recipe bert-tiny+sentence_task=none --do_train --do_eval`: the evaluation has a loss
+    (BERT's forward takes `next_sentence_label`, which these batches do not carry), and SOP is evaluated on RoBERTa."""
+    argv = pretrain_argv(recipe_name, cli_corpus, tmp_path, "--max_steps", "2", "--do_train", "--do_eval")
+    metrics = pretrain.main(argv)
+    assert torch.isfinite(torch.tensor([metrics["eval_loss"], metrics["eval_mlm_loss"]])).all()
+    assert ("eval_sop_loss" in metrics) == recipe_name.endswith("sop") and "eval_nsp_loss" not in metrics
+
+
 def test_readme_python_lines():
     """README, "Any objective on any encoder": the two spellings give the same RoBERTa-based recipe."""
     recipe = get_recipe("deberta-v3-small", backbone="roberta")
@@ -289,9 +299,12 @@ def cli_corpus(tmp_path_factory):
 def test_cell_pretrains_and_plain_transformers_loads_it(cell, cli_corpus, tmp_path):
     objective, backbone = cell
     out = tmp_path / "out"
-    pretrain.main(pretrain_argv(f"{objective}-tiny", cli_corpus, out, "--backbone", backbone, "--max_steps", "2"))
+    argv = pretrain_argv(f"{objective}-tiny", cli_corpus, out, "--backbone", backbone, "--max_steps", "2")
+    pretrain.main([*argv, "--do_train", "--do_eval"])
     results = json.loads((out / "all_results.json").read_text())
     assert torch.isfinite(torch.tensor(results["train_loss"]))
+    # evaluated with every head the cell has (a forward names every head's labels, a batch carries its own)
+    assert torch.isfinite(torch.tensor([results["eval_loss"], results["eval_mlm_loss"], results["perplexity"]])).all()
     config = json.loads((out / "config.json").read_text())
     recipe = get_recipe(f"{objective}-tiny", backbone=backbone)
     assert config["model_type"] == recipe.config.model_type and config["objective"] == objective

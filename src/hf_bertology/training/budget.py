@@ -23,7 +23,7 @@ For a BERT encoder with L layers, hidden H, FFN F, this is the usual 6·N·token
 N = L·(4H² + 2HF) the encoder's weight matrices, plus 6·(H² + H·V) per masked position for the sparse MLM head.
 
 **Budget** (:class:`ComputeBudgetCallback`): a `TrainerCallback` that counts the FLOPs above (or wall time since
-training started) after every optimizer step, sets ``control.should_training_stop`` once the budget is spent, and
+training started) after every optimizer step, evaluations left out of both, sets ``control.should_training_stop`` once the budget is spent, and
 (optionally) makes the learning-rate schedule a function of the budget spent — linear warmup over the first
 ``warmup_fraction`` then linear decay to 0 at the budget — so every recipe gets a complete schedule whatever its
 step time. It also records the training curve (loss vs FLOPs, tokens, seconds) and shows a progress bar in budget
@@ -58,10 +58,14 @@ class FlopCounter:
         loss = model(**batch).loss
         loss.backward()
     counter.training_flops, counter.tokens
+
+    `training_only=True` skips forward passes run in eval mode (the Trainer's evaluation): they are not training.
     """
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, training_only: bool = False):
         self.model = model
+        self.training_only = training_only
+        self._counting = True  # False during a forward pass `training_only` skips
         self.forward_flops = 0
         self.tokens = 0  # real (non-pad) tokens seen
         self.predicted = 0  # positions with a label
@@ -104,6 +108,9 @@ class FlopCounter:
         self.detach()
 
     def _on_batch(self, module, args, kwargs):
+        self._counting = module.training or not self.training_only
+        if not self._counting:
+            return
         input_ids = kwargs.get("input_ids", args[0] if args else None)
         if input_ids is None:
             raise BertologyError("FlopCounter needs input_ids to count tokens")
@@ -134,6 +141,8 @@ class FlopCounter:
 
     def _linear_hook(self, in_features: int, query_width: int):
         def hook(module, inputs, output):
+            if not self._counting:
+                return
             flops = 2 * self._rows(inputs[0], in_features) * in_features * module.out_features
             self.forward_flops += flops + (self._attention(query_width) if query_width else 0)
 
@@ -142,7 +151,7 @@ class FlopCounter:
     def _param_hook(self, macs_per_row: int, query_width: int):
         def hook(module, inputs, output):
             first = next((t for t in inputs if torch.is_tensor(t)), None)
-            if first is None:
+            if first is None or not self._counting:
                 return
             self.forward_flops += 2 * self._rows(first, first.shape[-1]) * macs_per_row
             if query_width:
@@ -160,7 +169,7 @@ def budget_schedule(fraction: float, warmup_fraction: float) -> float:
 
 class ComputeBudgetCallback(TrainerCallback, ExportableState):
     """Stops training once `budget_flops` training FLOPs (counted by :class:`FlopCounter`) or `budget_seconds` of
-    wall time are spent, and records the curve of the logged losses against FLOPs, tokens and seconds.
+    wall time are spent (evaluation left out of both), and records the curve of the logged losses against FLOPs, tokens and seconds.
 
     With `schedule=True` the Trainer's scheduler must be a `LambdaLR` (e.g. ``lr_scheduler_type="constant"``): its
     factor is replaced by :func:`budget_schedule` of the budget spent, so warmup and decay follow compute, not steps.
@@ -194,6 +203,7 @@ class ComputeBudgetCallback(TrainerCallback, ExportableState):
         self._bar = None
         self._scale = 1.0
         self._seconds_before = 0.0  # spent by the run(s) this one resumes
+        self._eval_seconds = 0.0  # spent evaluating: not training time
 
     # -- checkpointed state ---------------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -238,7 +248,7 @@ class ComputeBudgetCallback(TrainerCallback, ExportableState):
     def seconds(self) -> float:
         if self.start is None:
             return 0.0
-        return self._seconds_before + (self.end or time.perf_counter()) - self.start
+        return self._seconds_before + (self.end or time.perf_counter()) - self.start - self._eval_seconds
 
     @property
     def spent(self) -> float:
@@ -249,7 +259,7 @@ class ComputeBudgetCallback(TrainerCallback, ExportableState):
 
     # -- events ---------------------------------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, model=None, lr_scheduler=None, **kwargs):
-        self.counter = FlopCounter(model).attach()
+        self.counter = FlopCounter(model, training_only=True).attach()  # evaluations are not training compute
         self.start = time.perf_counter()
         self._restore(state)
         if self.schedule:
@@ -291,6 +301,9 @@ class ComputeBudgetCallback(TrainerCallback, ExportableState):
             self.curve.append(point)
             if self._bar is not None:
                 self._bar.set_postfix(loss=f"{logs['loss']:.3f}", step=state.global_step)
+
+    def on_evaluate(self, args, state, control, metrics: Mapping | None = None, **kwargs):
+        self._eval_seconds += float((metrics or {}).get("eval_runtime", 0.0))
 
     def on_train_end(self, args, state, control, **kwargs):
         self.end = time.perf_counter()

@@ -581,7 +581,9 @@ def train_and_evaluate(trainer, resume_from: str | None = None) -> dict:
         metrics.update(result.metrics)
     if args.do_eval and trainer.eval_dataset is not None:
         eval_metrics = trainer.evaluate()
-        eval_metrics["perplexity"] = math.exp(min(eval_metrics.get("eval_mlm_loss", eval_metrics["eval_loss"]), 50))
+        loss = eval_metrics.get("eval_mlm_loss", eval_metrics.get("eval_loss"))
+        if loss is not None:
+            eval_metrics["perplexity"] = math.exp(min(loss, 50))
         metrics.update(eval_metrics)
     metrics["tokens_seen"] = int(trainer.state.num_input_tokens_seen or 0)
     return metrics

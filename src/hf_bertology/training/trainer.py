@@ -11,7 +11,10 @@ Two things the stock Trainer does not do for pretraining objectives:
 2. **Component losses in the logs.** Every scalar the model returns besides `loss` (`mlm_loss`, `nsp_loss`,
    `mlm_accuracy`, ...) is averaged over the logging window (over processes too) and logged next to `loss`, and
    next to `eval_loss` as `eval_<name>`. A metric a batch leaves undefined (NaN: ELECTRA's `disc_precision` when
-   nothing is predicted replaced) is averaged over the batches that define it.
+   nothing is predicted replaced) is averaged over the batches that define it. An evaluation batch's labels are
+   the ones it carries: a forward names the labels of every head its config may switch on (a composed model's NSP,
+   SOP and SBO; BERT's NSP under `sentence_task=none`), and the stock Trainer computes no `eval_loss` unless every
+   name in `label_names` is in the batch.
 
 And three things for long runs that are killed and resumed:
 
@@ -170,6 +173,7 @@ class BertologyTrainer(Trainer):
         self._batches_trained = 0
         self._replaying = False  # resuming mid-epoch: the collator restores the RNG, the Trainer must not again
         self._tokens_pending: torch.Tensor | None = None  # real tokens seen since the last read (on the device)
+        self._model_label_names = list(self.label_names)  # every label the model's forward takes
         # The training dataloader's collator, wrapped (evaluation batches must not count).
         self._recorder = RngRecordingCollator(self.data_collator) if self.data_collator is not None else None
         if hasattr(self.data_collator, "set_run_seed"):  # masks keyed by (seed, epoch, example id)
@@ -248,6 +252,11 @@ class BertologyTrainer(Trainer):
             return super().evaluate(*args, **kwargs)
         finally:
             collator.set_epoch(epoch)
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        if self.args.label_names is None:  # 2.: the labels this batch carries
+            self.label_names = [name for name in self._model_label_names if inputs.get(name) is not None]
+        return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
 
     def _set_signature_columns_if_needed(self):
         super()._set_signature_columns_if_needed()
