@@ -144,3 +144,36 @@ def test_checkpoint_without_tokenizer(tmp_path, out, capsys):
     argv = pretrain_argv("bert-tiny", corpus, out, "--max_steps", "1", "--model_name_or_path", str(first))
     status, err = run(argv, capsys)
     assert_one_error(status, err, "holds no tokenizer", "--tokenizer_name")
+
+
+@pytest.mark.parametrize(
+    "recipe, flags, needles",
+    [
+        ("xlnet-tiny", ["--padding_free", "true"], ["cannot take padding-free batches", "--padding_free false"]),
+        ("bert-tiny", ["--padding_free", "true", "--attn_implementation", "eager"], ["padding-free", "'eager'"]),
+    ],
+)
+def test_padding_free_refusals_are_one_line(tmp_path, out, capsys, recipe, flags, needles):
+    corpus = write_corpus(tmp_path / "corpus.txt", n_docs=20)
+    status, err = run(pretrain_argv(recipe, corpus, out, "--max_steps", "1", *flags), capsys)
+    assert_one_error(status, err, *needles)
+
+
+@pytest.mark.parametrize("kernel", ["eager", "sdpa"])
+def test_a_padded_only_kernel_trains_padded(tmp_path, capsys, kernel):
+    """`--attn_implementation eager` (a choice the help names) on a recipe padding-free by default: padded batches
+    with that kernel, not a refusal."""
+    from hf_bertology.training import pretrain
+
+    corpus = write_corpus(tmp_path / "corpus.txt", n_docs=20)
+    box = {}
+    train_and_evaluate = pretrain.train_and_evaluate
+    pretrain.train_and_evaluate = lambda trainer, resume_from=None: box.setdefault("t", trainer) and {}
+    try:
+        status, err = run(pretrain_argv("bert-tiny", corpus, tmp_path / "out", "--attn_implementation", kernel), capsys)
+    finally:
+        pretrain.train_and_evaluate = train_and_evaluate
+    trainer = box["t"]
+    assert status == 0, err[-2000:]
+    assert trainer.model.config._attn_implementation == kernel
+    assert type(trainer.data_collator).__name__ == "TargetPositionsCollator"  # padded, with target positions

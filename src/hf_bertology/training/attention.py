@@ -27,6 +27,8 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from ..utils import BertologyError
+
 PACKED_ATTENTION = "sdpa_packed"
 # Implementations that read `cu_seq_lens_q`: a packed batch under any other would attend across examples.
 PACKED_IMPLEMENTATIONS = (PACKED_ATTENTION, "flash_attention_2", "flash_attention_3", "flash_attention_4")
@@ -155,14 +157,22 @@ def configure_attention(
     the batches carry their labelled tokens' positions (`collators.flatten.add_target_positions`), except streamed
     ones (accelerate slices those across processes by rows).
 
-    `padding_free=None` means "where it pays": every variant but XLNet. Returns `(model, collator)`.
+    `padding_free=None` means "where it pays": every variant whose attention is transformers' `AttentionInterface`
+    (not XLNet, DeBERTa-v3, ModernBERT), unless `implementation` names a kernel that cannot read a flat row (`sdpa`,
+    `eager`): then padded batches with that kernel. Returns `(model, collator)`.
     """
     from ..collators.flatten import PaddingFreeCollator, TargetPositionsCollator
 
+    packs = implementation is None or implementation in PACKED_IMPLEMENTATIONS
     if padding_free and not supported:
-        raise ValueError(f"{type(model).__name__} cannot take padding-free batches; pass --padding_free false")
+        raise BertologyError(f"{type(model).__name__} cannot take padding-free batches; pass --padding_free false")
+    if padding_free and not packs:
+        raise BertologyError(
+            f"padding-free batches need --attn_implementation in {PACKED_IMPLEMENTATIONS}, not {implementation!r}; "
+            "or pass --padding_free false"
+        )
     if padding_free is None:
-        padding_free = supported
+        padding_free = supported and packs
     if padding_free:
         return use_padding_free(model, implementation), PaddingFreeCollator(collator)
     if implementation:

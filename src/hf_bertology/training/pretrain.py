@@ -78,7 +78,8 @@ class ModelArguments:
         default=None,
         metadata={
             "help": "Attention kernel: `flash_attention_2` (installed, CUDA), `sdpa_packed` (SDPA that also takes "
-            "padding-free batches), `sdpa`, `eager`. Default: flash_attention_2 when installed, else sdpa_packed."
+            "padding-free batches), `sdpa`, `eager` (these two: padded batches). Default: padding-free runs use flash_attention_2 when installed, "
+            "else sdpa_packed; padded runs keep the model's own (sdpa where transformers has it)."
         },
     )
     tokenizer_train_samples: int | None = field(
@@ -117,7 +118,8 @@ class DataArguments:
         default=None,
         metadata={
             "help": "Flatten every batch into one row of real tokens (no compute on padding; attention stays inside "
-            "each example). Default: on for every recipe but XLNet."
+            "each example). Default: on for every recipe whose attention allows it (not XLNet, DeBERTa-v3, ModernBERT), "
+            "except with --streaming or an --attn_implementation that reads padded batches only."
         },
     )
 
