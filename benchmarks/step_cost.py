@@ -19,8 +19,9 @@ NVIDIA's BERT-large 45%.
 **Padded vs padding-free.** Every recipe that supports it is timed twice on the same batches in the same process,
 padded and flattened (`hf_bertology.collators.flatten`), steps interleaved so that machine noise hits both alike:
 the `waste` column is tokens computed / real tokens of the padded layout (1.00 when flattened), and `×padded` the
-real tokens/s of the flattened layout over the padded one. `--compile` wraps the model in `torch.compile` (both
-layouts; the first steps, which compile, are warm-up).
+real tokens/s of the flattened layout over the padded one. `--compile` wraps the model in `torch.compile` with dynamic
+shapes (both layouts, one compilation each, as `bertology pretrain --torch_compile` does; the first steps, which
+compile, are warm-up).
 
 **Ours vs plain transformers** (`--vs_plain`, meant for a GPU): each recipe trains `--steps` steps through a
 Trainer twice: ours (`BertologyTrainer`, our collator, padding-free, sparse heads, `--compile` if given) and plain
@@ -123,7 +124,8 @@ def measure(name: str, args: dict) -> list[dict]:
     model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cuda)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda)
-    forward = torch.compile(model) if args["compile"] else model
+    # dynamic shapes at once: every batch has its own token and target counts (one compilation per layout, not two)
+    forward = torch.compile(model, dynamic=True) if args["compile"] else model
 
     def step(batch):
         with autocast:
@@ -203,8 +205,6 @@ def measure_trainer(name: str, args: dict, which: str) -> dict:
 
     torch.manual_seed(0)
     cuda = torch.cuda.is_available()
-    if args["compile"]:  # every padding-free batch has its own token count: compile for dynamic shapes at once
-        torch._dynamo.config.assume_static_by_default = False
     recipe, tokenizer, examples, seq_len, batch_size = prepare(name, args)
     warmup, steps = 3 if not args["compile"] else 6, args["steps"]
     needed = (warmup + steps) * batch_size

@@ -170,7 +170,9 @@ def test_a_padded_only_kernel_trains_padded(tmp_path, capsys, kernel):
     train_and_evaluate = pretrain.train_and_evaluate
     pretrain.train_and_evaluate = lambda trainer, resume_from=None: box.setdefault("t", trainer) and {}
     try:
-        status, err = run(pretrain_argv("bert-tiny", corpus, tmp_path / "out", "--attn_implementation", kernel), capsys)
+        status, err = run(
+            pretrain_argv("bert-tiny", corpus, tmp_path / "out", "--attn_implementation", kernel), capsys
+        )
     finally:
         pretrain.train_and_evaluate = train_and_evaluate
     trainer = box["t"]

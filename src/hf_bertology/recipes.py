@@ -849,19 +849,6 @@ def get_recipe(name: str, backbone: str | None = None, **config_overrides) -> Re
     )
 
 
-def variant_of(config: PretrainedConfig) -> Variant:
-    """The variant whose config class `config` is, or whose objective a composed config holds (checkpoints)."""
-    if type(config) in COMPOSED_CONFIGS.values():
-        return VARIANTS[config.objective]
-    for variant in VARIANTS.values():
-        if type(config).__name__ == variant.config_class.__name__:
-            return variant
-    raise BertologyError(
-        f"{type(config).__name__} (model_type {getattr(config, 'model_type', '?')!r}) is not a hf_bertology "
-        "pretraining config; start from a --recipe instead"
-    )
-
-
 def backbone_of_model_class(class_name: str) -> str | None:
     """The backbone whose composed model class is named `class_name` (a checkpoint's `auto_map`), or None."""
     return next((b.name for b in BACKBONES.values() if b.model_class.__name__ == class_name), None)

@@ -146,9 +146,9 @@ class RandomSource:
     `set_epoch` (the Trainer does it at every epoch start). The masks of an example are then the same whatever
     the batch size, the dataloader workers, the processes, or an interruption and resumption.
 
-    Features without ids get fresh keys on every call, drawn as before: `seed=None` from torch's global generator
-    (seeded and checkpointed by the Trainer; a DataLoader worker's is seeded per epoch and worker), `seed=int` from
-    a private generator seeded with `seed + worker id` the first time it is used in a process.
+    Features without ids get fresh keys on every call: `seed=None` from torch's global generator (seeded and
+    checkpointed by the Trainer; a DataLoader worker's is seeded per epoch and worker), `seed=int` from a private
+    generator seeded with `seed + 1_000_003 · worker id` the first time it is used in a process.
     """
 
     def __init__(self, seed: int | None):
@@ -197,6 +197,11 @@ class ExampleSeeded:
         """The seed of example-keyed draws when the collator was built with `seed=None` (the Trainer's seed)."""
         self._random.run_seed = int(seed)
 
+    def _draws_or_fresh(self, draws: Draws | None, rows: int) -> Draws:
+        """`draws` when the caller has the batch's (keyed by example), else fresh ones for `rows` rows (a step
+        called on its own: tests, `bertology show-mask`)."""
+        return draws if draws is not None else Draws.fresh(rows, self._random.generator())
+
 
 def require_tokens(tokenizer: PreTrainedTokenizerBase, *names: str) -> None:
     """One clear error when the tokenizer lacks a special token the objective needs (`"mask"`, `"pad"`, ...)."""
@@ -217,6 +222,15 @@ def special_ids(tokenizer: PreTrainedTokenizerBase, keep_unk: bool = True) -> to
     if keep_unk and tokenizer.unk_token_id is not None:
         ids.discard(tokenizer.unk_token_id)
     return torch.tensor(sorted(ids), dtype=torch.long)
+
+
+def id_table(tokenizer: PreTrainedTokenizerBase, ids) -> torch.Tensor:
+    """`(vocab,)` bool, True at `ids`: one gather per batch instead of `isin` (the vocabulary is small next to
+    B × L). Long enough for every id of the tokenizer and every id given."""
+    ids = torch.as_tensor(ids, dtype=torch.long)
+    table = torch.zeros(max(len(tokenizer), int(ids.max()) + 1 if ids.numel() else 0), dtype=torch.bool)
+    table[ids] = True
+    return table
 
 
 def non_special_vocab(tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
@@ -247,3 +261,19 @@ def word_start_table(tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
         table[:] = torch.tensor([t.startswith(("Ġ", "▁")) or not t for t in tokens])
     table[special_ids(tokenizer, keep_unk=False)] = True
     return table
+
+
+class CollatorWrapper:
+    """A collator around another: callers (the Trainer, `bertology show-mask`) read the wrapped one's settings
+    (tokenizer, seed, `set_epoch`, ...) through it. Subclasses define `__call__`."""
+
+    def __init__(self, collator):
+        self.collator = collator
+
+    def __getattr__(self, name):
+        if "collator" not in self.__dict__:  # while unpickling (DataLoader workers under spawn)
+            raise AttributeError(name)
+        return getattr(self.__dict__["collator"], name)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.collator!r})"

@@ -33,18 +33,14 @@ from typing import Any
 
 import torch
 
+from .base import CollatorWrapper
+
 # Keys whose values are positions inside a row; flattened, they move by the example's offset in the flat row.
 POSITION_KEYS = ("sbo_boundaries",)
-# Keyword arguments of variable-length attention (transformers' `FlashAttentionKwargs` names).
-PACKED_KEYS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "packed_slots")
 # Label keys -> the key of their labelled tokens' flat indices (module docstring, "Target positions").
 TARGET_POSITIONS = {"labels": "target_positions", "sbo_labels": "sbo_target_positions"}
 # Keys that cannot be flattened (XLNet's permutation inputs are (B, L, L) / (B, P, L) by construction).
 UNFLATTENABLE = ("perm_mask", "target_mapping")
-
-
-def is_packed(batch_or_kwargs: dict[str, Any]) -> bool:
-    return batch_or_kwargs.get("cu_seq_lens_q") is not None
 
 
 def flatten_batch(batch: dict[str, torch.Tensor]) -> dict[str, Any]:
@@ -98,26 +94,15 @@ def add_target_positions(batch: dict[str, Any]) -> dict[str, Any]:
     return batch
 
 
-class TargetPositionsCollator:
+class TargetPositionsCollator(CollatorWrapper):
     """Wraps one of our collators: its padded batch, plus the labelled tokens' flat indices (`add_target_positions`).
 
     Not for streamed batches that accelerate dispatches across processes: it slices every tensor along its first
     dimension, which flat indices do not survive.
     """
 
-    def __init__(self, collator):
-        self.collator = collator
-
     def __call__(self, features):
         return add_target_positions(self.collator(features))
-
-    def __getattr__(self, name):  # callers read the wrapped collator's settings (tokenizer, seed, ...)
-        if "collator" not in self.__dict__:  # while unpickling (DataLoader workers)
-            raise AttributeError(name)
-        return getattr(self.__dict__["collator"], name)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.collator!r})"
 
 
 class PaddingFreeCollator(TargetPositionsCollator):
@@ -135,9 +120,7 @@ class PaddingFreeCollator(TargetPositionsCollator):
 __all__ = [
     "TARGET_POSITIONS",
     "TargetPositionsCollator",
-    "PACKED_KEYS",
     "PaddingFreeCollator",
     "add_target_positions",
     "flatten_batch",
-    "is_packed",
 ]

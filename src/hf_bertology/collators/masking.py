@@ -161,7 +161,7 @@ class DataCollatorForMaskedLM(ExampleSeeded):
         draws: Draws | None = None,
     ) -> torch.Tensor:
         """`(B, L)` bool: the positions to predict."""
-        draws = draws if draws is not None else Draws.fresh(len(input_ids), self._random.generator())
+        draws = self._draws_or_fresh(draws, len(input_ids))
         budget = self.num_to_predict(attention.sum(1), candidates.sum(1))
         if self.whole_word_mask:
             if word_starts is None:
@@ -175,7 +175,7 @@ class DataCollatorForMaskedLM(ExampleSeeded):
 
     def corrupt(self, input_ids: torch.Tensor, chosen: torch.Tensor, draws: Draws | None = None) -> torch.Tensor:
         """Replace the chosen positions: mask token / random non-special token / unchanged."""
-        draws = draws if draws is not None else Draws.fresh(len(input_ids), self._random.generator())
+        draws = self._draws_or_fresh(draws, len(input_ids))
         draw = draws.uniform(TREATMENT, input_ids.shape[1])
         to_mask = chosen & (draw < self.mask_replace_prob)
         to_random = (

@@ -36,7 +36,16 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from ..utils import BertologyError
-from .base import Draws, ExampleSeeded, RandomSource, pad_features, require_tokens, special_ids, word_start_table
+from .base import (
+    Draws,
+    ExampleSeeded,
+    RandomSource,
+    id_table,
+    pad_features,
+    require_tokens,
+    special_ids,
+    word_start_table,
+)
 
 # Keys of the features that are bookkeeping for the data order, not model inputs.
 DROPPED_KEYS = ("stream_position",)
@@ -171,13 +180,9 @@ class DataCollatorForPermutationLM(ExampleSeeded):
         if self.return_tensors != "pt":
             raise ValueError("only return_tensors='pt' is supported")
         self._random = RandomSource(self.seed)
-        # id -> bool tables: one gather per batch instead of `isin` (the vocabulary is small next to B x L)
-        size = len(self.tokenizer)
-        self._is_special = torch.zeros(size, dtype=torch.bool)
-        self._is_special[special_ids(self.tokenizer)] = True
+        self._is_special = id_table(self.tokenizer, special_ids(self.tokenizer))
         functional = [i for i in (self.tokenizer.sep_token_id, self.tokenizer.cls_token_id) if i is not None]
-        self._is_functional = torch.zeros(size, dtype=torch.bool)
-        self._is_functional[functional] = True
+        self._is_functional = id_table(self.tokenizer, functional)
         self._word_start_table: torch.Tensor | None = None
 
     @classmethod
@@ -233,7 +238,7 @@ class DataCollatorForPermutationLM(ExampleSeeded):
         self, real: torch.Tensor, candidates: torch.Tensor, word_starts: torch.Tensor, draws: Draws | None = None
     ) -> torch.Tensor:
         """`(B, L)` bool: the positions to predict (spans of whole words, exact count)."""
-        draws = draws if draws is not None else Draws.fresh(len(real), self._random.generator())
+        draws = self._draws_or_fresh(draws, len(real))
         budget = self.budget(real.sum(1), candidates.sum(1))
         word_index, word_len = segment_words(candidates, word_starts)
         ratio = self.mask_alpha / self.mask_beta
@@ -265,7 +270,7 @@ class DataCollatorForPermutationLM(ExampleSeeded):
         + 1 (itself too), padding `base(0) + 1` (attends to something harmless, so its state carries no target).
         """
         batch, length = real.shape
-        draws = draws if draws is not None else Draws.fresh(batch, self._random.generator())
+        draws = self._draws_or_fresh(draws, batch)
         perm_size = min(self.perm_size or length, length)
         # a random order of the slots, shared by the blocks (`_local_perm`); numpy sorts ~5x faster than torch
         slot_order = np.argsort(draws.uniform(FACTORISATION, perm_size).numpy(), axis=1)

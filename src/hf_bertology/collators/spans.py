@@ -33,6 +33,7 @@ from .base import (
     Draws,
     ExampleSeeded,
     RandomSource,
+    id_table,
     non_special_vocab,
     pad_features,
     require_tokens,
@@ -150,9 +151,7 @@ class DataCollatorForSpanMasking(ExampleSeeded):
         self._length_cdf[-1] = 1.0  # guard against rounding: every uniform draw maps to a length
         self._random = RandomSource(self.seed)
         self._special = special_ids(self.tokenizer)
-        size = max(len(self.tokenizer), int(self._special.max()) + 1 if len(self._special) else 0)
-        self._is_special = torch.zeros(size, dtype=torch.bool)
-        self._is_special[self._special] = True
+        self._is_special = id_table(self.tokenizer, self._special)
         self._replacements = non_special_vocab(self.tokenizer)
         if self.token_frequencies is not None:
             weights = torch.as_tensor(self.token_frequencies, dtype=torch.float64).clone()
@@ -242,7 +241,7 @@ class DataCollatorForSpanMasking(ExampleSeeded):
         of rows that need many short spans costs little.
         """
         batch, length = candidates.shape
-        draws = draws if draws is not None else Draws.fresh(batch, self._random.generator())
+        draws = self._draws_or_fresh(draws, batch)
         positions = torch.arange(length)
         # Words never continue across a special token or padding; those tokens are one-token "words" of their own.
         starts = word_starts | ~candidates
@@ -399,7 +398,7 @@ class DataCollatorForSpanMasking(ExampleSeeded):
         draws: Draws | None = None,
     ) -> torch.Tensor:
         """[MASK] / random tokens / unchanged, decided per merged span or per token."""
-        draws = draws if draws is not None else Draws.fresh(len(input_ids), self._random.generator())
+        draws = self._draws_or_fresh(draws, len(input_ids))
         draw = draws.uniform(TREATMENT, input_ids.shape[1])
         if self.replacement_level == "span":
             draw = draw.gather(1, run_start)  # every token of a span shares its first token's draw

@@ -14,7 +14,8 @@ forward, so a registered function sees `cu_seq_lens_q` / `max_length_q` without 
   `cu_seq_lens_q` get plain SDPA with transformers' mask, so one model serves padded and packed batches.
 
 `flex_attention` would need a block mask rebuilt every batch plus compilation to be fast; it is not used.
-XLNet keeps padded batches: its two-stream relative attention is its own code, not an `AttentionInterface` call.
+XLNet and DeBERTa-v3 keep padded batches: their attention (two-stream relative, disentangled) is their own code, not
+an `AttentionInterface` call; ModernBERT's batches have no padding to remove (its stream fills every row).
 """
 
 from __future__ import annotations

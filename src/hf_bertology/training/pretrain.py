@@ -10,7 +10,7 @@ flag does not set them. The output folder is Hub format (see `hf_bertology.hub`)
 Steps, in order, each a function of this module that `run_pretraining` (and so `main`, the command line and
 `bertology compare`) calls: `parse_args` -> `build_recipe` -> `training_arguments` -> `load_corpora` ->
 `build_tokenizer` (loaded, or trained on the corpus) -> `fit_to_tokenizer` -> `set_lengths` -> collator ->
-`build_model` -> `build_datasets` (the recipe's input format) -> `build_trainer` -> `train_and_evaluate` ->
+`build_model` -> `configure_batches` (padding-free or padded, the attention kernel) -> `build_datasets` (the recipe's input format) -> `build_trainer` -> `train_and_evaluate` ->
 `write_outputs` (Hub-format folder, model card, `all_results.json`, push).
 """
 

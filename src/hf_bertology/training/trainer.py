@@ -69,7 +69,7 @@ import torch
 from transformers import Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from ..collators.base import EXAMPLE_ID
+from ..collators.base import EXAMPLE_ID, CollatorWrapper
 from ..utils import logger
 
 COMPLETE_MARKER = "checkpoint_complete.json"
@@ -137,13 +137,13 @@ def is_map_style(dataset) -> bool:
     return hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")
 
 
-class RngRecordingCollator:
+class RngRecordingCollator(CollatorWrapper):
     """Wraps a collator: records torch's RNG state before each call (the last few), and can replay states
     (`replay`: callables run one before each call) so that batches collated before a checkpoint are collated
     again with the same masks after resuming."""
 
     def __init__(self, collator, keep: int = 8):
-        self.collator = collator
+        super().__init__(collator)
         self.history: deque[torch.Tensor] = deque(maxlen=keep)
         self.calls = 0
         self.replay: list = []
@@ -154,11 +154,6 @@ class RngRecordingCollator:
         self.history.append(torch.get_rng_state())
         self.calls += 1
         return self.collator(features)
-
-    def __getattr__(self, name):  # the Trainer and callers read attributes of the wrapped collator
-        if "collator" not in self.__dict__:  # while unpickling (DataLoader workers under spawn)
-            raise AttributeError(name)
-        return getattr(self.__dict__["collator"], name)
 
 
 def is_count_key(key: str) -> bool:

@@ -24,14 +24,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import datasets
 import numpy as np
 import torch
 from torch.utils.data import Dataset, SequentialSampler
 
 from ..collators.base import EXAMPLE_ID
 from ..utils import BertologyError, logger
-from .trainer import BertologyTrainer
+from .trainer import BertologyTrainer, is_map_style
 
 
 class StreamBatches(Dataset):
@@ -72,7 +71,7 @@ class XLNetTrainer(BertologyTrainer):
         self.uses_memory = bool(getattr(config, "mem_len", 0))
         self._mems: tuple[torch.Tensor, ...] | None = None
         if self.uses_memory and self.train_dataset is not None:
-            if isinstance(self.train_dataset, datasets.IterableDataset | torch.utils.data.IterableDataset):
+            if not is_map_style(self.train_dataset):
                 logger.warning("a streaming dataset cannot be laid out as memory streams: training without memory")
                 self.uses_memory = False
             elif not isinstance(self.train_dataset, StreamBatches):

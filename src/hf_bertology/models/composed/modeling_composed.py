@@ -380,7 +380,7 @@ class ComposedForPreTraining:
             out.mlm_loss = F.cross_entropy(out.logits.float(), targets, reduction="sum") / _denominator(
                 num_items_in_batch, "labels", n_masked, n_masked
             )
-            out.mlm_accuracy = (out.logits.argmax(-1) == targets).float().sum() / n_masked.clamp(min=1)
+            out.mlm_accuracy = (out.logits.argmax(-1) == targets).float().mean()
             losses.append(out.mlm_loss)
         task = self.config.sentence_task
         sentence_labels = next_sentence_label if task == "nsp" else sentence_order_label
@@ -410,7 +410,7 @@ class ComposedForPreTraining:
             out.sbo_loss = F.cross_entropy(sbo_logits.float(), sbo_targets, reduction="sum") / _denominator(
                 num_items_in_batch, "sbo_labels", n_sbo, n_masked
             )
-            out.sbo_accuracy = (sbo_logits.argmax(-1) == sbo_targets).float().sum() / n_sbo.clamp(min=1)
+            out.sbo_accuracy = (sbo_logits.argmax(-1) == sbo_targets).float().mean()
             losses.append(self.config.sbo_loss_weight * out.sbo_loss)
         out.loss = sum(losses) if losses else None
         return out
