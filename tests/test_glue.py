@@ -465,6 +465,26 @@ def test_task_all_collects_table(tiny_model, tmp_path, capsys):
     assert "| sst2 | accuracy" in printed and "| wnli | accuracy" in printed and "1 tasks" in printed
 
 
+def test_task_all_goes_on_past_a_task_without_its_train_split(tiny_model, tmp_path, capsys):
+    """`bertology glue --task_name all --data_dir glue_data` where one task's folder lacks `train.tsv`: the tasks
+    after it still run, the table of those that ran is written, and the error line names the task (exit 2)."""
+    from hf_bertology.cli import main as cli_main
+
+    _sst2_folder(tmp_path / "glue" / "SST-2")
+    qnli = ["index\tquestion\tsentence\tlabel"] + [f"{i}\t{t}\t{t}\tentailment" for i, t in enumerate(TEXTS)]
+    _write(tmp_path / "glue" / "QNLI" / "dev.tsv", qnli)  # no train.tsv
+    wnli = ["index\tsentence1\tsentence2\tlabel"] + [f"{i}\t{t}\t{t}\t{i % 2}" for i, t in enumerate(TEXTS)]
+    _write(tmp_path / "glue" / "WNLI" / "train.tsv", wnli)  # runs after qnli
+    _write(tmp_path / "glue" / "WNLI" / "dev.tsv", wnli)
+    out = tmp_path / "out"
+    code = cli_main(["glue", *_run_args(tiny_model, out, "--task_name", "all", "--data_dir", str(tmp_path / "glue"))])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1].startswith("error: qnli: ") and "train split" in err[-1], err[-1]
+    assert (out / "sst2" / "all_results.json").is_file() and (out / "wnli" / "all_results.json").is_file()
+    table = (out / "glue_results.md").read_text()
+    assert "| sst2 | accuracy" in table and "| wnli | accuracy" in table and "qnli" not in table
+
+
 def test_cli_error_is_one_line(tiny_model, tmp_path, capsys):
     from hf_bertology.cli import main as cli_main
 

@@ -242,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     # Several tasks: each in output_dir/<task>, then the GLUE table. With --data_dir (the GLUE root), tasks whose
-    # folder is missing are skipped; with --dataset_name all are run.
+    # folder is missing are skipped; with --dataset_name all are run. A task that fails on its data (a split
+    # missing) does not stop the others: the table of those that ran is written, then the failures are reported.
     if not (data_args.data_dir or data_args.dataset_name):
         raise BertologyError("several tasks need --data_dir (the GLUE root folder) or --dataset_name")
     if data_args.data_dir and not Path(data_args.data_dir).is_dir():
@@ -250,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     from dataclasses import replace
 
     results: dict[str, dict[str, float]] = {}
+    failed: dict[str, str] = {}
     root_out = Path(training_args.output_dir)
     for name in tasks:
         task = GLUE_TASKS[name]
@@ -261,12 +263,20 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             task_data.data_dir = str(folder)
         task_training = replace(training_args, output_dir=str(root_out / name))
-        results[name] = run_task(model_args, task_data, task_training)
-    if not results:
+        try:
+            results[name] = run_task(model_args, task_data, task_training)
+        except BertologyError as error:
+            failed[name] = str(error)
+            logger.warning(f"{name} failed, going on with the other tasks: {error}")
+    if not results and not failed:
         raise BertologyError(f"no GLUE task folder ({', '.join(t.folder for t in GLUE_TASKS.values())}) found")
-    table = glue_table(results)
-    root_out.mkdir(parents=True, exist_ok=True)
-    (root_out / "glue_results.md").write_text(table + "\n")
-    (root_out / "glue_results.json").write_text(json.dumps(results, indent=2) + "\n")
-    print(table)
+    if results:
+        table = glue_table(results)
+        root_out.mkdir(parents=True, exist_ok=True)
+        (root_out / "glue_results.md").write_text(table + "\n")
+        (root_out / "glue_results.json").write_text(json.dumps(results, indent=2) + "\n")
+        print(table)
+    if failed:
+        done = f"; the table of {', '.join(results)} is in {root_out / 'glue_results.md'}" if results else ""
+        raise BertologyError("; ".join(f"{name}: {message}" for name, message in failed.items()) + done)
     return 0
