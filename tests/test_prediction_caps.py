@@ -132,3 +132,19 @@ def test_compare_at_512_and_continued_runs_keep_the_cap(tmp_path, corpus_file):
     main(["--model_name_or_path", str(explicit), "--output_dir", str(again), "--max_seq_length", "128", *data])
     config = json.loads((again / "config.json").read_text())
     assert config["max_predictions_per_seq"] == 50 and config["predictions_follow_length"] is False
+
+
+def test_continued_run_keeps_the_length_it_was_trained_at(tmp_path, corpus_file):
+    """README "Continue pretraining": `--model_name_or_path runs/bert-mini` with no `--recipe` trains at the saved
+    run's length (`max_seq_length` in config.json), not at the position table's 512: the cap and the examples'
+    length stay those of the first run."""
+    data = ["--train_file", str(corpus_file), *FAST]
+    first = tmp_path / "first"
+    main(["--recipe", "bert-tiny", "--output_dir", str(first), "--vocab_size", "300", *data])
+    config = json.loads((first / "config.json").read_text())
+    assert config["max_seq_length"] == hb.get_recipe("bert-tiny").max_seq_length == 64
+    assert config["max_position_embeddings"] == 512 and config["max_predictions_per_seq"] == 10
+    continued = tmp_path / "continued"
+    main(["--model_name_or_path", str(first), "--output_dir", str(continued), *data])
+    config = json.loads((continued / "config.json").read_text())
+    assert config["max_seq_length"] == 64 and config["max_predictions_per_seq"] == 10

@@ -330,7 +330,9 @@ def build_recipe(model_args: ModelArguments) -> Recipe:
         variant, backbone = checkpoint_variant(source), checkpoint_backbone(source)
         config_class = BACKBONES[backbone].config_class if backbone else variant.config_class
         config = config_class.from_pretrained(source, **overrides)
-        recipe = Recipe(source, variant.name, config, {}, config.vocab_size, min(512, max_positions(config)))
+        # the length it was pretrained at (saved by `set_lengths`; a checkpoint from before that: the positions')
+        length = getattr(config, "max_seq_length", None) or min(512, max_positions(config))
+        recipe = Recipe(source, variant.name, config, {}, config.vocab_size, length)
         recipe.backbone = backbone
         return recipe
     else:
@@ -481,10 +483,12 @@ def fit_to_tokenizer(recipe: Recipe, tokenizer, model_args: ModelArguments) -> N
 def set_lengths(recipe: Recipe, tokenizer, data_args: DataArguments, model_args: ModelArguments | None = None) -> int:
     """The run's sequence length (`--max_seq_length`, else the recipe's), checked against the position table; the
     tokenizer keeps the model's length. Everything in the config that follows the length is set here: the
-    prediction caps (`Recipe.fit_to_length`), unless `--config_overrides` set them."""
+    prediction caps (`Recipe.fit_to_length`), unless `--config_overrides` set them. The length is saved in the
+    config (`max_seq_length`): continuing from the checkpoint without `--recipe` trains at the same length."""
     max_seq_length = data_args.max_seq_length or recipe.max_seq_length
     overrides = parse_overrides(model_args.config_overrides) if model_args is not None else {}
     recipe.fit_to_length(max_seq_length, explicit=overrides)
+    recipe.config.max_seq_length = max_seq_length
     if max_positions(recipe.config) < min(tokenizer.model_max_length, NO_POSITION_TABLE):
         # saved with the checkpoint: `truncation=True` downstream (GLUE, pipelines) then fits the position table
         tokenizer.model_max_length = max_positions(recipe.config)
