@@ -13,23 +13,28 @@ text=${2:-../shared/data/wikitext-2-raw/wiki.valid.raw}
 shift $(($# > 1 ? 2 : 1))
 parts=${*:-tests layouts layouts512 plain plain512 compiled compiled_loop}
 py=${PYTHON:-python3}
+$py -c "import hf_bertology" || { echo "gpu.sh: $py cannot import hf_bertology (set PYTHON or PYTHONPATH)"; exit 2; }
 mkdir -p "$out"
+failed=0
 bench() {  # name, then step_cost.py flags
   local name=$1
   shift
   echo "== $name: step_cost.py $*"
   $py benchmarks/step_cost.py --text "$text" --json "$out/$name.json" "$@" 2>"$out/$name.log" | tee "$out/$name.md" | grep '^|'
+  [ "${PIPESTATUS[0]}" -eq 0 ] || failed=1
   grep -i "error" "$out/$name.log" | tail -3
 }
 for part in $parts; do
   case $part in
-    tests) $py -m pytest -q -m cuda tests/test_gpu.py -p no:cacheprovider 2>&1 | tee "$out/cuda_tests.log" | tail -3 ;;
+    tests) $py -m pytest -q -m cuda tests/test_gpu.py -p no:cacheprovider 2>&1 | tee "$out/cuda_tests.log" | tail -3
+      [ "${PIPESTATUS[0]}" -eq 0 ] || failed=1 ;;
     layouts) bench layouts128 --recipes bert-base,roberta-base,electra-small,electra-base --seq_len 128 --batch_size 256 --steps 20 ;;
     layouts512) bench layouts512 --recipes bert-base,roberta-base --seq_len 512 --batch_size 64 --steps 20 ;;
     plain) bench vs_plain128 --recipes bert-base,roberta-base,electra-small --seq_len 128 --batch_size 256 --steps 30 --vs_plain ;;
     plain512) bench vs_plain512 --recipes bert-base,roberta-base,electra-base --seq_len 512 --batch_size 64 --steps 20 --vs_plain ;;
     compiled) bench vs_plain128_compiled --recipes bert-base,electra-small --seq_len 128 --batch_size 256 --steps 30 --vs_plain --compile ;;
     compiled_loop) bench layouts128_compiled --recipes bert-base,roberta-base,electra-small --seq_len 128 --batch_size 256 --steps 20 --compile ;;
-    *) echo "unknown part $part" ;;
+    *) echo "unknown part $part"; failed=1 ;;
   esac
 done
+exit $failed

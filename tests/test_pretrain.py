@@ -193,3 +193,13 @@ def test_saved_tokenizer_knows_the_models_length(tmp_path, corpus_file):
     tokenizer = AutoTokenizer.from_pretrained(out)
     config = json.loads((out / "config.json").read_text())
     assert tokenizer.model_max_length == config["max_position_embeddings"] - config["pad_token_id"] - 1 == 64
+
+
+def test_model_card_of_a_run_shorter_than_its_logging_steps(tmp_path, corpus_file):
+    """The README's 10-step runs log nothing at `logging_steps` 50: the card still shows a loss (the run's mean)."""
+    out = tmp_path / "short"
+    main(["--recipe", "bert-tiny", "--train_file", str(corpus_file), "--output_dir", str(out), "--max_steps", "2"])
+    card = (out / "README.md").read_text()
+    (row,) = [line for line in card.splitlines() if line.startswith("| final losses |")]
+    assert "train_loss (mean) " in row and "–" not in row
+    assert "](https://github.com/)" not in card

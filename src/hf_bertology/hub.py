@@ -27,7 +27,7 @@ tags:
 
 # {name}
 
-A **{variant}** encoder pretrained with [hf_bertology](https://github.com/) using the `{recipe}` recipe.
+A **{variant}** encoder pretrained with `hf_bertology` using the `{recipe}` recipe.
 
 | | |
 |---|---|

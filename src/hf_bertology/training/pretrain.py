@@ -143,10 +143,13 @@ def device_defaults(explicit: set[str], streaming: bool = False) -> dict:
     (from pinned memory, the Trainer's default: a blocking copy waits for every kernel queued before it), and
     collated in DataLoader workers (up to 4, half the cores; not when streaming, where the masks of examples
     without ids come from the workers' own RNGs, which no checkpoint saves), so that the host only launches
-    kernels. A flag still wins, and `--use_cpu` keeps the CPU's."""
+    kernels. A flag still wins, and `--use_cpu` keeps the CPU's. With no accelerator to copy to, batches are not
+    pinned (the DataLoader would only warn, "no accelerator is found", at every epoch)."""
     import torch
 
-    if not torch.cuda.is_available() or "use_cpu" in explicit:
+    if "use_cpu" in explicit or not (torch.cuda.is_available() or torch.accelerator.is_available()):
+        return {"dataloader_pin_memory": False}
+    if not torch.cuda.is_available():
         return {}
     defaults = {"tf32": True, "optim": "adamw_torch_fused", "accelerator_config": {"non_blocking": True}}
     workers = min(4, (os.cpu_count() or 1) // 2)
@@ -190,7 +193,10 @@ def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, Training
     if len(argv) == 1 and argv[0].endswith(ARGUMENT_FILES):
         model_args, data_args, training_args = parser.parse_dict({**launch, **read_argument_file(argv[0])})
     else:
-        parser.set_defaults(**launch)
+        # our defaults in `--help` (the values are applied, under the recipe's, by `training_arguments`); not the
+        # strings, which argparse would convert with the flag's type (`include_num_input_tokens_seen` parses bools)
+        shown = {key: value for key, value in PRETRAIN_DEFAULTS.items() if not isinstance(value, str)}
+        parser.set_defaults(**shown, **launch)
         model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
     return model_args, data_args, training_args, explicit
 
@@ -604,6 +610,8 @@ def write_outputs(trainer, recipe: Recipe, data_args: DataArguments, metrics: di
         shutil.rmtree(Path(output_dir) / "tokenizer-trained", ignore_errors=True)  # the ranks' hand-over copy
         train_logs = [log for log in trainer.state.log_history if "loss" in log]
         final_losses = {k: v for k, v in (train_logs[-1] if train_logs else {}).items() if k.endswith("loss")}
+        if not final_losses and "train_loss" in metrics:  # a run shorter than --logging_steps: its mean loss
+            final_losses = {"train_loss (mean)": metrics["train_loss"]}
         pushing = push_args is not None and push_args.push_to_hub
         write_model_card(
             output_dir,

@@ -100,6 +100,7 @@ def _parser():
     from transformers import HfArgumentParser, TrainingArguments
 
     parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
+    parser.prog = "bertology glue"
     parser.set_defaults(**GLUE_DEFAULTS)  # argparse defaults: any flag the user gives wins
     return parser
 
