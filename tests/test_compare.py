@@ -306,3 +306,18 @@ def test_compare_argument_errors(tmp_path, extra, message):
     argv = ["--recipes", "bert-tiny", "--train_file", "x.txt", "--output_dir", str(tmp_path), "--glue_tasks", ""]
     with pytest.raises(BertologyError, match=message):
         compare.main(argv + extra)
+
+
+def test_no_glue_tasks_means_no_baseline():
+    """`bertology compare --glue_tasks ""`: the random-init baseline is scored on GLUE only, so with no task none is
+    built (nor counted in the progress bar); with tasks, the first recipe's architecture by default."""
+    from hf_bertology.evaluation import compare
+
+    def checked(*flags):
+        argv = ["--recipes", "bert-tiny,roberta-tiny", "--train_file", "x.txt", "--output_dir", "o", *flags]
+        return compare.check_args(compare.parse_args([*argv, "--budget_flops", "1e9"]))
+
+    assert checked("--glue_tasks", "") == (["bert-tiny", "roberta-tiny"], [], None)
+    assert checked("--glue_tasks", "", "--baseline", "roberta-tiny")[2] is None
+    with pytest.raises(BertologyError, match="must be one of --recipes"):
+        checked("--glue_tasks", "", "--baseline", "albert-tiny")

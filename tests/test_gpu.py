@@ -104,3 +104,21 @@ def test_compiled_padding_free_step_recompiles_a_bounded_number_of_times(corpus_
         assert torch.isfinite(loss)
         graphs.append(counters["stats"]["unique_graphs"])
     assert graphs[-1] == graphs[5], f"graphs compiled per step: {graphs}"
+
+
+@pytest.mark.parametrize("recipe", ["bert-tiny", "electra-tiny"])
+def test_torch_compile_flag_on_cuda_compiles_once(corpus_file, tmp_path, recipe):
+    """The README's command with `--torch_compile` on CUDA (inductor, bf16, padding-free, fused AdamW, workers):
+    one graph with dynamic shapes for the whole run, and the loss stays finite (ELECTRA: its Gumbel sampling in
+    fp32 inside the compiled graph)."""
+    from torch._dynamo.utils import counters
+
+    from hf_bertology.training import pretrain
+
+    torch._dynamo.reset()
+    counters.clear()
+    argv = ["--recipe", recipe, "--train_file", str(corpus_file), "--output_dir", str(tmp_path), "--max_steps", "8"]
+    metrics = pretrain.main([*argv, "--torch_compile", "--logging_steps", "1"])
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+    assert torch.isfinite(torch.tensor(metrics["train_loss"]))
+    torch._dynamo.reset()

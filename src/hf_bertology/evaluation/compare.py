@@ -149,10 +149,10 @@ def check_args(args: CompareArguments) -> tuple[list[str], list[str], str | None
             if not folder.is_dir():
                 raise BertologyError(f"GLUE task folder not found: {folder}")
     baseline = args.baseline or recipes[0]
-    if baseline.lower() == "none":
-        baseline = None
-    elif baseline not in recipes:
+    if baseline.lower() != "none" and baseline not in recipes:
         raise BertologyError(f"--baseline {baseline} must be one of --recipes ({', '.join(recipes)}) or `none`")
+    if baseline.lower() == "none" or not tasks:  # the random-init baseline is a GLUE score: none without tasks
+        baseline = None
     return recipes, tasks, baseline
 
 
