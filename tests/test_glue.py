@@ -269,6 +269,8 @@ def test_defaults_and_overrides(tmp_path):
     assert (args.learning_rate, args.num_train_epochs, args.per_device_train_batch_size) == (2e-5, 3.0, 32)
     assert (args.warmup_steps, args.weight_decay, data_args.max_seq_length) == (0.1, 0.01, 128)
     assert args.do_train and args.do_eval and not args.do_predict  # nothing asked: train and evaluate
+    # pinned batches only where there is an accelerator to copy them to (else a warning every epoch)
+    assert args.dataloader_pin_memory == (torch.cuda.is_available() or torch.accelerator.is_available())
     _, _, args = parse_args(
         ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--learning_rate", "1e-4", "--do_eval"]
     )

@@ -26,6 +26,13 @@ GLUE_DEFAULTS: dict[str, Any] = {
 """TrainingArguments defaults used when the user gives none (``--max_seq_length`` defaults to 128)."""
 
 
+def device_defaults() -> dict[str, Any]:
+    """No pinned batches without an accelerator to copy them to (the DataLoader would only warn every epoch)."""
+    import torch
+
+    return {} if torch.cuda.is_available() or torch.accelerator.is_available() else {"dataloader_pin_memory": False}
+
+
 @dataclass
 class DataTrainingArguments:
     """What data to fine-tune and evaluate on (run_glue.py's ``DataTrainingArguments`` plus ``data_dir``)."""
@@ -101,7 +108,7 @@ def _parser():
 
     parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
     parser.prog = "bertology glue"
-    parser.set_defaults(**GLUE_DEFAULTS)  # argparse defaults: any flag the user gives wins
+    parser.set_defaults(**GLUE_DEFAULTS, **device_defaults())  # argparse defaults: any flag the user gives wins
     return parser
 
 
@@ -122,7 +129,7 @@ def parse_args(argv: Sequence[str] | None = None):
 
             values = yaml.safe_load(path.read_text())
         try:
-            model_args, data_args, training_args = parser.parse_dict({**GLUE_DEFAULTS, **values})
+            model_args, data_args, training_args = parser.parse_dict({**GLUE_DEFAULTS, **device_defaults(), **values})
         except (ValueError, TypeError) as err:  # unknown keys, wrong types, TrainingArguments' own checks
             raise BertologyError(f"{path}: {str(err).strip().splitlines()[0]}") from None
     else:
