@@ -52,7 +52,7 @@ And two for speed on a GPU:
    any layout: labelled tokens), so torch.compile's first graph, specialised to the first batch's sizes, is thrown
    away at the second batch for a dynamic one (`automatic_dynamic_shapes`). We ask accelerate's dynamo plugin for
    dynamic shapes at once (`dynamic=True`) unless the user set it (`ACCELERATE_DYNAMO_USE_DYNAMIC`): one compilation
-   instead of two, which for ELECTRA (two encoders) is minutes of a GPU run.
+   instead of two (inductor on a 2-core CPU, bert-mini padding-free: 20 s before the first step instead of 48 s).
 """
 
 from __future__ import annotations
