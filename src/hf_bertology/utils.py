@@ -36,3 +36,11 @@ def set_verbosity(level: int = logging.INFO) -> None:
         logger.addHandler(handler)
     logger.setLevel(level)
     logger.propagate = False
+
+
+def accelerator_defaults() -> dict:
+    """TrainingArguments defaults for the machine: without an accelerator to copy batches to, no pinned memory (the
+    DataLoader would only warn, "no accelerator is found", at every epoch)."""
+    import torch
+
+    return {} if torch.cuda.is_available() or torch.accelerator.is_available() else {"dataloader_pin_memory": False}

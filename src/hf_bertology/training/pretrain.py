@@ -42,7 +42,7 @@ from ..recipes import (
     list_recipes,
     parse_overrides,
 )
-from ..utils import BertologyError, logger, set_verbosity
+from ..utils import BertologyError, accelerator_defaults, logger, set_verbosity
 from .attention import configure_attention
 from .callbacks import callbacks_for
 from .trainer import is_complete_checkpoint, last_complete_checkpoint
@@ -143,14 +143,13 @@ def device_defaults(explicit: set[str], streaming: bool = False) -> dict:
     (from pinned memory, the Trainer's default: a blocking copy waits for every kernel queued before it), and
     collated in DataLoader workers (up to 4, half the cores; not when streaming, where the masks of examples
     without ids come from the workers' own RNGs, which no checkpoint saves), so that the host only launches
-    kernels. A flag still wins, and `--use_cpu` keeps the CPU's. With no accelerator to copy to, batches are not
-    pinned (the DataLoader would only warn, "no accelerator is found", at every epoch)."""
+    kernels. A flag still wins, and `--use_cpu` keeps the CPU's, with no pinned memory (`accelerator_defaults`)."""
     import torch
 
-    if "use_cpu" in explicit or not (torch.cuda.is_available() or torch.accelerator.is_available()):
+    if "use_cpu" in explicit:
         return {"dataloader_pin_memory": False}
     if not torch.cuda.is_available():
-        return {}
+        return accelerator_defaults()
     defaults = {"tf32": True, "optim": "adamw_torch_fused", "accelerator_config": {"non_blocking": True}}
     workers = min(4, (os.cpu_count() or 1) // 2)
     if workers and not streaming:

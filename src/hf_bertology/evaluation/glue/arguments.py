@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...utils import BertologyError
+from ...utils import BertologyError, accelerator_defaults
 from .tasks import GLUE_TASKS
 
 GLUE_DEFAULTS: dict[str, Any] = {
@@ -24,13 +24,6 @@ GLUE_DEFAULTS: dict[str, Any] = {
     "weight_decay": 0.01,
 }
 """TrainingArguments defaults used when the user gives none (``--max_seq_length`` defaults to 128)."""
-
-
-def device_defaults() -> dict[str, Any]:
-    """No pinned batches without an accelerator to copy them to (the DataLoader would only warn every epoch)."""
-    import torch
-
-    return {} if torch.cuda.is_available() or torch.accelerator.is_available() else {"dataloader_pin_memory": False}
 
 
 @dataclass
@@ -108,7 +101,7 @@ def _parser():
 
     parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
     parser.prog = "bertology glue"
-    parser.set_defaults(**GLUE_DEFAULTS, **device_defaults())  # argparse defaults: any flag the user gives wins
+    parser.set_defaults(**GLUE_DEFAULTS, **accelerator_defaults())  # argparse defaults: any flag the user gives wins
     return parser
 
 
@@ -129,7 +122,9 @@ def parse_args(argv: Sequence[str] | None = None):
 
             values = yaml.safe_load(path.read_text())
         try:
-            model_args, data_args, training_args = parser.parse_dict({**GLUE_DEFAULTS, **device_defaults(), **values})
+            model_args, data_args, training_args = parser.parse_dict(
+                {**GLUE_DEFAULTS, **accelerator_defaults(), **values}
+            )
         except (ValueError, TypeError) as err:  # unknown keys, wrong types, TrainingArguments' own checks
             raise BertologyError(f"{path}: {str(err).strip().splitlines()[0]}") from None
     else:
