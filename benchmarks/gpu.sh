@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The README's GPU figures: the CUDA tests, padded vs padding-free (same batches, same process), and ours vs plain
 # transformers through a Trainer, eager and compiled. Every table (markdown, JSON, log) is also written to OUT_DIR.
+# The 128-token parts also profile 3 steps after the timed ones (`--profile 3`: device busy, time by kernel kind),
+# so that the step loop and the Trainer runs show where each spends its time.
 #   benchmarks/gpu.sh OUT_DIR [TEXT_FILE] [PART ...]
 #   PART: tests layouts layouts512 plain plain512 compiled compiled_loop (default: all)
 # A device command runs at most 10 minutes: run the parts in three calls, the targets first:
@@ -28,12 +30,12 @@ for part in $parts; do
   case $part in
     tests) $py -m pytest -q -m cuda tests/test_gpu.py -p no:cacheprovider 2>&1 | tee "$out/cuda_tests.log" | tail -3
       [ "${PIPESTATUS[0]}" -eq 0 ] || failed=1 ;;
-    layouts) bench layouts128 --recipes bert-base,roberta-base,electra-small,electra-base --seq_len 128 --batch_size 256 --steps 20 ;;
+    layouts) bench layouts128 --recipes bert-base,roberta-base,electra-small,electra-base --seq_len 128 --batch_size 256 --steps 20 --profile 3 ;;
     layouts512) bench layouts512 --recipes bert-base,roberta-base --seq_len 512 --batch_size 64 --steps 20 ;;
-    plain) bench vs_plain128 --recipes bert-base,roberta-base,electra-small --seq_len 128 --batch_size 256 --steps 30 --vs_plain ;;
+    plain) bench vs_plain128 --recipes bert-base,roberta-base,electra-small --seq_len 128 --batch_size 256 --steps 30 --vs_plain --profile 3 ;;
     plain512) bench vs_plain512 --recipes bert-base,roberta-base,electra-base --seq_len 512 --batch_size 64 --steps 20 --vs_plain ;;
-    compiled) bench vs_plain128_compiled --recipes bert-base,electra-small --seq_len 128 --batch_size 256 --steps 30 --vs_plain --compile ;;
-    compiled_loop) bench layouts128_compiled --recipes bert-base,roberta-base,electra-small --seq_len 128 --batch_size 256 --steps 20 --compile ;;
+    compiled) bench vs_plain128_compiled --recipes bert-base,electra-small --seq_len 128 --batch_size 256 --steps 30 --vs_plain --compile --profile 3 ;;
+    compiled_loop) bench layouts128_compiled --recipes bert-base,roberta-base,electra-small --seq_len 128 --batch_size 256 --steps 20 --compile --profile 3 ;;
     *) echo "unknown part $part"; failed=1 ;;
   esac
 done

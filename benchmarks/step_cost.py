@@ -30,6 +30,14 @@ transformers (`BertForPreTraining` / `RobertaForMaskedLM` + `DataCollatorForLang
 counted FLOPs) are compared in the same run. Ours runs with `bertology pretrain`'s own defaults (no NaN filter,
 non-blocking batch copies on a GPU).
 
+**Where the time goes** (`--profile N`, either mode): N more steps after the timed ones, under `torch.profiler`
+(so the timing is not disturbed): the share of the wall time the GPU is busy (the union of its kernels' intervals;
+well under 100% means the device waits for the host: Python, launches, data, syncs) and the device time by kind
+(matmuls, attention, optimizer, copies, the rest: elementwise, norms, reductions), with the costliest kernels. Set
+the step loop against the Trainer run of the same recipe: what the Trainer adds shows as idle device time or as
+kernels the loop does not run. On a CPU the same table splits the CPU time of the aten ops (busy: n/a). The
+profiler's own overhead (a few µs an op) makes a host-bound step look a little more idle than it is.
+
 **Host syncs** (`--vs_plain --count_syncs`, any machine): the same two Trainer runs under
 `hf_bertology.testing.HostSyncs`, untimed: the operations per optimizer step that make the host wait for the device
 (`.item()`, boolean indexing, `nonzero`, ...), and where they are. On a GPU each one stops the host from queueing the
@@ -42,6 +50,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import re
 import resource
 import statistics
 import sys
@@ -55,6 +64,90 @@ DEFAULT_TEXT = Path(__file__).resolve().parents[2] / "shared" / "data" / "wikite
 
 def device_peak(name: str) -> float | None:
     return next((peak for key, peak in BF16_PEAK.items() if key in name), None)
+
+
+# Kinds of device time (`--profile`), by kernel name (CUDA) or aten op name (CPU); the first match wins.
+TIME_KINDS = {
+    "matmul": r"gemm|cutlass|xmma|nvjet|cublas|aten::(addmm|mm|bmm|baddbmm)$",
+    "attention": r"flash|fmha|attention|aten::_safe_softmax",
+    "optimizer": r"adam|multi_tensor|aten::_foreach",
+    "copies": r"memcpy|memset|aten::(copy_|_to_copy|index_copy|index_select|clone)$",
+}
+
+
+def time_kind(name: str) -> str:
+    return next((kind for kind, pattern in TIME_KINDS.items() if re.search(pattern, name, re.IGNORECASE)), "other")
+
+
+def busy_time(intervals: list[tuple[float, float]]) -> float:
+    """Length of the union of `(start, end)` intervals: the time at least one of them runs."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+class StepProfile:
+    """`torch.profiler` over a few steps (module docstring, "Where the time goes"): `start()`, the steps,
+    `stop(steps)`, then `summary()`. Both ends wait for the device, so the window holds exactly those steps' work."""
+
+    def __init__(self, cuda: bool):
+        from torch.profiler import ProfilerActivity, profile
+
+        self.cuda = cuda
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        self.profiler = profile(activities=activities)
+        self.steps, self.wall_us = 0, 0.0
+
+    def _sync(self):
+        import torch
+
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def start(self) -> None:
+        self._sync()
+        self.profiler.__enter__()
+        self.started = time.perf_counter()
+
+    def stop(self, steps: int) -> None:
+        self._sync()
+        self.wall_us = 1e6 * (time.perf_counter() - self.started)
+        self.profiler.__exit__(None, None, None)
+        self.steps = steps
+
+    def summary(self, top: int = 6) -> dict:
+        from collections import Counter
+
+        from torch.autograd import DeviceType
+
+        events = self.profiler.events()
+        spent, kinds = Counter(), Counter()
+        if self.cuda:  # every kernel, copy and memset the device ran (not the ranges annotated on its timeline)
+            timed = [e for e in events if e.device_type == DeviceType.CUDA and not e.is_user_annotation]
+            busy = busy_time([(e.time_range.start, e.time_range.end) for e in timed]) / self.wall_us
+            for e in timed:
+                spent[e.name] += e.time_range.end - e.time_range.start
+                kinds[time_kind(e.name)] += e.time_range.end - e.time_range.start
+        else:  # the aten ops' own CPU time (children not counted twice); the optimizer's by its enclosing range
+            busy = None
+            for e in events:
+                if e.device_type == DeviceType.CPU and e.name.startswith("aten::"):
+                    spent[e.name] += e.self_cpu_time_total
+                    parent = e.cpu_parent
+                    while parent is not None and not parent.name.startswith("Optimizer.step"):
+                        parent = parent.cpu_parent
+                    kinds["optimizer" if parent is not None else time_kind(e.name)] += e.self_cpu_time_total
+        total = sum(spent.values()) or 1.0
+        return {
+            "steps": self.steps,
+            "ms_per_step": self.wall_us / 1e3 / self.steps,
+            "device_busy": busy,
+            "kinds": {kind: kinds[kind] / total for kind in [*TIME_KINDS, "other"]},
+            "top": [(name[:60], us / 1e3 / self.steps, us / total) for name, us in spent.most_common(top)],
+        }
 
 
 def prepare(name: str, args: dict):
@@ -157,6 +250,14 @@ def measure(name: str, args: dict) -> list[dict]:
     else:
         peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - rss_before
         device_name = "cpu"
+    profiles = {}
+    for layout, batches in layouts.items() if args["profile"] else ():  # after the timing: it does not disturb it
+        profile = StepProfile(cuda)
+        profile.start()
+        for i in range(args["profile"]):
+            step(batches[i % n_batches])
+        profile.stop(args["profile"])
+        profiles[layout] = profile.summary()
     peak = device_peak(device_name) if cuda else None
     real_tokens = sum(int(b["attention_mask"].sum()) for b in padded)
     computed = sum(int(b["input_ids"].numel()) for b in padded)
@@ -181,6 +282,7 @@ def measure(name: str, args: dict) -> list[dict]:
                 "flops_per_token": flops / tokens,
                 "tflops": flops / seconds / 1e12,
                 "mfu": flops / seconds / peak if peak else None,
+                "profile": profiles.get(layout),
             }
         )
     return rows
@@ -206,8 +308,8 @@ def measure_trainer(name: str, args: dict, which: str) -> dict:
     torch.manual_seed(0)
     cuda = torch.cuda.is_available()
     recipe, tokenizer, examples, seq_len, batch_size = prepare(name, args)
-    warmup, steps = 3 if not args["compile"] else 6, args["steps"]
-    needed = (warmup + steps) * batch_size
+    warmup, steps, profiled = 3 if not args["compile"] else 6, args["steps"], args["profile"]
+    needed = (warmup + steps + profiled) * batch_size
     examples = examples.select([i % len(examples) for i in range(needed)])  # repeat a small text if needed
     if which == "plain":
         plain_class = getattr(transformers, PLAIN_CLASSES[recipe.variant])
@@ -233,6 +335,7 @@ def measure_trainer(name: str, args: dict, which: str) -> dict:
 
     # Operations run in the DataLoader touch host tensors on a GPU machine too: not syncs.
     syncs = HostSyncs(ignore=("hf_bertology/collators/", "torch/utils/data/", "accelerate/data_loader.py"))
+    profile = StepProfile(cuda)
 
     class Clock(TrainerCallback):
         def on_step_end(self, targs, state, control, **kwargs):
@@ -240,10 +343,21 @@ def measure_trainer(name: str, args: dict, which: str) -> dict:
                 if cuda:
                     torch.cuda.synchronize()
                 marks[f"t{state.global_step}"] = time.perf_counter()
-                marks[f"n{state.global_step}"] = state.num_input_tokens_seen
+                # Ours keeps the count on the device between logs (no sync a step): bring it up to date here, the
+                # read outside the window whose syncs are counted (after its start, before its end).
+                sync = getattr(trainer, "sync_tokens_seen", lambda: state.num_input_tokens_seen)
+                if state.global_step == warmup:
+                    marks[f"n{state.global_step}"] = sync()
                 marks[f"s{state.global_step}"] = syncs.sites.copy()
+                if state.global_step == warmup + steps:
+                    marks[f"n{state.global_step}"] = sync()
+                marks["peak_mib"] = torch.cuda.max_memory_allocated() / 2**20 if cuda else None
             if state.global_step == warmup and cuda:
                 torch.cuda.reset_peak_memory_stats()
+            if profiled and state.global_step == warmup + steps:  # after the timed steps: it does not disturb them
+                profile.start()
+            if profiled and state.global_step == warmup + steps + profiled:
+                profile.stop(profiled)
 
     # `bertology pretrain`'s defaults that bear on speed (the count of real tokens is already set below)
     ours_defaults = {"logging_nan_inf_filter": PRETRAIN_DEFAULTS["logging_nan_inf_filter"]}
@@ -251,7 +365,7 @@ def measure_trainer(name: str, args: dict, which: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         training_args = TrainingArguments(
             output_dir=tmp,
-            max_steps=warmup + steps,
+            max_steps=warmup + steps + profiled,
             per_device_train_batch_size=batch_size,
             learning_rate=1e-4,
             bf16=cuda,
@@ -289,9 +403,10 @@ def measure_trainer(name: str, args: dict, which: str) -> dict:
         "tokens_per_s": real / seconds,
         "tflops": flops_per_token * real / seconds / 1e12,
         "mfu": flops_per_token * real / seconds / peak if peak else None,
-        "peak_mib": torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
+        "peak_mib": marks["peak_mib"],
         "syncs_per_step": sum(per_step.values()) / steps if args["count_syncs"] else None,
         "sync_sites": {site: n / steps for site, n in per_step.most_common()} if args["count_syncs"] else None,
+        "profile": profile.summary() if profiled else None,
     }
 
 
@@ -361,6 +476,28 @@ def print_vs_plain(rows: list[dict]) -> None:
         )
 
 
+def print_profiles(rows: list[dict]) -> None:
+    device = rows[0]["device"]
+    what = "device time (kernels)" if device != "cpu" else "CPU time of the aten ops"
+    print(f"\nwhere the time goes on {device}: profiled steps after the timed ones, shares of the {what}")
+    print(
+        "| recipe | run | steps | ms/step | device busy | matmul | attention | optimizer | copies | other | costliest |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for row in rows:
+        profile = row.get("profile")
+        if not profile:
+            continue
+        busy = f"{100 * profile['device_busy']:.0f}%" if profile["device_busy"] is not None else "n/a"
+        shares = " | ".join(f"{100 * share:.0f}%" for share in profile["kinds"].values())
+        costliest = "; ".join(f"{name} {100 * share:.0f}%" for name, _, share in profile["top"][:3])
+        run = row.get("which") or f"{row['layout']}{' (compiled)' if row['compiled'] else ''}"
+        print(
+            f"| {row['recipe']} | {run} | {profile['steps']} | {profile['ms_per_step']:.1f} | {busy} | {shares} "
+            f"| {costliest} |"
+        )
+
+
 def print_syncs(rows: list[dict]) -> None:
     print(f"\nhost syncs per optimizer step through a Trainer on {rows[0]['device']} (steps after warm-up)")
     print("| recipe | run | batch | padding-free | syncs per step | where |")
@@ -387,6 +524,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--vs_plain", action="store_true", help="Trainer runs: ours vs plain transformers")
     parser.add_argument("--workers", type=int, default=4, help="DataLoader workers of --vs_plain runs")
     parser.add_argument("--count_syncs", action="store_true", help="--vs_plain: count host syncs per step (untimed)")
+    parser.add_argument("--profile", type=int, default=0, help="profile this many more steps (where the time goes)")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args(argv)
 
@@ -398,7 +536,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.count_syncs and not args.vs_plain:
         raise SystemExit("--count_syncs counts the syncs of the Trainer runs: pass --vs_plain too")
     keys = ("seq_len", "batch_size", "steps", "vocab_size", "text", "device", "compile", "padded_only", "workers")
-    keys += ("count_syncs",)
+    keys += ("count_syncs", "profile")
     settings = {k: getattr(args, k) for k in keys}
     rows = []
     for name in recipes:
@@ -406,16 +544,20 @@ def main(argv: list[str] | None = None) -> None:
             from hf_bertology.recipes import get_recipe
 
             runs = ["ours"] + (["plain"] if get_recipe(name).variant in PLAIN_CLASSES else [])
-            rows += [run_in_fresh_process(measure_trainer, name, settings, which) for which in runs]
+            measured = [run_in_fresh_process(measure_trainer, name, settings, which) for which in runs]
         else:
-            rows += run_in_fresh_process(measure, name, settings)
-        print(f"measured {name}: {json.dumps(rows[-1])}", file=sys.stderr, flush=True)
+            measured = run_in_fresh_process(measure, name, settings)
+        for row in measured:
+            print(f"measured {name}: {json.dumps(row)}", file=sys.stderr, flush=True)
+        rows += measured
         if args.json:  # after every recipe: a run stopped part-way keeps what it measured
             Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
     if args.count_syncs:
         print_syncs(rows)
     else:
         print_vs_plain(rows) if args.vs_plain else print_layouts(rows)
+    if args.profile:
+        print_profiles(rows)
 
 
 if __name__ == "__main__":

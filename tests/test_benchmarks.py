@@ -1,10 +1,15 @@
-"""The benchmark command the README quotes for host syncs runs as written and prints the README's table."""
+"""`benchmarks/step_cost.py`: the README's host-sync command as written, and the Trainer runs' measurements (real
+tokens/s of ours and plain transformers, where the time goes)."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import re
 import shlex
 import subprocess
+
+import pytest
 
 from platform_support import PYTHON, REPO, subprocess_env
 
@@ -25,6 +30,8 @@ def test_readme_host_sync_command_as_written(shared_data):
         readme_command(), cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=1200
     )
     assert done.returncode == 0, done.stderr[-4000:]
+    for row in measured_rows(done.stderr):  # timed too: every run counted its real tokens
+        assert row["tokens_per_s"] > 0, row
     rows = {}
     for line in done.stdout.splitlines():
         cells = [cell.strip() for cell in line.strip("|").split("|")]
@@ -39,3 +46,59 @@ def test_readme_host_sync_command_as_written(shared_data):
             assert syncs == 2 and where.count(TRANSFORMERS_SITES[recipe]) == 1 and ";" not in where, (recipe, where)
         else:
             assert syncs == 0 and where == "—", (recipe, where)
+
+
+def measured_rows(stderr: str) -> list[dict]:
+    """The rows step_cost.py reports on stderr as it measures them (`measured NAME: {row}`)."""
+    return [json.loads(line.split(": ", 1)[1]) for line in stderr.splitlines() if line.startswith("measured ")]
+
+
+def run_step_cost(*flags: str, text) -> subprocess.CompletedProcess:
+    command = [PYTHON, "benchmarks/step_cost.py", "--text", str(text), "--batch_size", "8", "--seq_len", "64"]
+    done = subprocess.run(
+        [*command, *flags], cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done
+
+
+def test_vs_plain_counts_our_tokens_and_profiles_both_runs(corpus_file):
+    """Ours keeps its token count on the device between logs; the benchmark reads it at its marks, so ours reports
+    real tokens/s (it reported 0 before) and a ratio to plain transformers. `--profile` adds a table of where the
+    time went, for both runs, whose shares add up to the whole."""
+    done = run_step_cost(
+        "--recipes", "bert-tiny", "--vs_plain", "--steps", "2", "--workers", "0", "--profile", "2", text=corpus_file
+    )
+    rows = {row["which"]: row for row in measured_rows(done.stderr)}
+    assert rows.keys() == {"ours", "plain"}
+    assert rows["ours"]["tokens_per_s"] > 0 and rows["plain"]["tokens_per_s"] > 0
+    for which, row in rows.items():
+        profile = row["profile"]
+        assert profile["steps"] == 2 and profile["ms_per_step"] > 0, which
+        assert profile["device_busy"] is None  # CPU: no device to be idle
+        assert sum(profile["kinds"].values()) == pytest.approx(1.0), (which, profile["kinds"])
+        assert profile["kinds"]["matmul"] > 0 and profile["kinds"]["optimizer"] > 0, (which, profile["kinds"])
+    table = [line for line in done.stdout.splitlines() if line.startswith("| bert-tiny |")]
+    assert len(table) == 4, done.stdout  # two in the throughput table, two in the profile table
+
+
+def test_step_loop_profile_per_layout(corpus_file):
+    done = run_step_cost("--recipes", "bert-tiny", "--steps", "2", "--profile", "1", text=corpus_file)
+    rows = measured_rows(done.stderr)
+    assert [row["layout"] for row in rows] == ["padded", "padding-free"]
+    assert all(row["profile"]["steps"] == 1 and row["profile"]["top"] for row in rows), rows
+    assert "where the time goes on cpu" in done.stdout
+
+
+def test_busy_time_is_the_union_of_the_intervals():
+    spec = importlib.util.spec_from_file_location("step_cost", REPO / "benchmarks" / "step_cost.py")
+    step_cost = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(step_cost)
+    assert step_cost.busy_time([]) == 0
+    assert step_cost.busy_time([(0, 2), (1, 3), (5, 6), (5.5, 5.8)]) == 4  # overlaps counted once
+    assert step_cost.busy_time([(4, 5), (0, 1)]) == 2  # any order
+    assert step_cost.time_kind("void cutlass::Kernel<sm90_xmma_gemm_bf16>") == "matmul"
+    assert step_cost.time_kind("pytorch_flash::flash_fwd_kernel") == "attention"
+    assert step_cost.time_kind("multi_tensor_apply_kernel<FusedAdamMathFunctor>") == "optimizer"
+    assert step_cost.time_kind("Memcpy HtoD (Pinned -> Device)") == "copies"
+    assert step_cost.time_kind("vectorized_elementwise_kernel<GeluCUDAKernelImpl>") == "other"

@@ -47,7 +47,8 @@ And two for speed on a GPU:
    `state.num_input_tokens_seen` with `.item()`, which makes the host wait for the device every micro-batch (the
    queued forward and backward), so the next step's data loading and launches no longer overlap the device's work.
    We keep the count on the device and read it where it is read anyway: when logging and when saving a checkpoint
-   (one `gather` then, not one per micro-batch). `hf_bertology.testing.HostSyncs` checks a step has no sync left.
+   (one `gather` then, not one per micro-batch); in between, `sync_tokens_seen()` brings the count up to date.
+   `hf_bertology.testing.HostSyncs` checks a step has no sync left.
 7. **One compilation for `--torch_compile`.** Every batch brings its own counts (padding-free: tokens and examples;
    any layout: labelled tokens), so torch.compile's first graph, specialised to the first batch's sizes, is thrown
    away at the second batch for a dynamic one (`automatic_dynamic_shapes`). We ask accelerate's dynamo plugin for
@@ -190,7 +191,7 @@ class BertologyTrainer(Trainer):
         try:
             return super().train(resume_from_checkpoint, *args, **kwargs)
         finally:
-            self._flush_tokens_seen()
+            self.sync_tokens_seen()
 
     # -- 7. one compilation ------------------------------------------------------------------------------------
     def _build_accelerator_args(self, **kwargs):
@@ -300,7 +301,7 @@ class BertologyTrainer(Trainer):
 
     # -- 5. complete checkpoints are marked -----------------------------------------------------------------
     def _save_checkpoint(self, model, trial) -> None:
-        self._flush_tokens_seen()  # the checkpoint's trainer_state.json holds the count
+        self.sync_tokens_seen()  # the checkpoint's trainer_state.json holds the count
         super()._save_checkpoint(model, trial)
         folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         self._save_collator_rng(folder)
@@ -372,15 +373,17 @@ class BertologyTrainer(Trainer):
         tokens = inputs["attention_mask"].sum()
         self._tokens_pending = tokens if self._tokens_pending is None else self._tokens_pending + tokens
 
-    def _flush_tokens_seen(self) -> None:
-        """Add the device-side count to `state.num_input_tokens_seen` (summed over processes: every process calls
-        this at the same points, logging and saving)."""
+    def sync_tokens_seen(self) -> int:
+        """Add the device-side count to `state.num_input_tokens_seen` and return it (summed over processes: every
+        process must call this at the same points; the Trainer does when it logs and saves). Between those points
+        the state's count lags: a callback that reads it every step calls this first (one device read)."""
         pending, self._tokens_pending = self._tokens_pending, None
         if pending is not None:
             self.state.num_input_tokens_seen += int(self.accelerator.gather(pending.reshape(1).long()).sum())
+        return self.state.num_input_tokens_seen
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        self._flush_tokens_seen()
+        self.sync_tokens_seen()
         if "loss" in logs:
             logs.update(self._summarise("train"))
         if any(key.startswith("eval_") for key in logs):
