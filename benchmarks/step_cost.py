@@ -31,7 +31,7 @@ counted FLOPs) are compared in the same run. Ours runs with `bertology pretrain`
 non-blocking batch copies on a GPU).
 
 **Where the time goes** (`--profile N`, either mode): N more steps after the timed ones, under `torch.profiler`
-(so the timing is not disturbed): the share of the wall time the GPU is busy (the union of its kernels' intervals;
+(so the timing is not disturbed; one more step before them warms the profiler up): the share of the wall time the GPU is busy (the union of its kernels' intervals;
 well under 100% means the device waits for the host: Python, launches, data, syncs) and the device time by kind
 (matmuls, attention, optimizer, copies, the rest: elementwise, norms, reductions), with the costliest kernels. Set
 the step loop against the Trainer run of the same recipe: what the Trainer adds shows as idle device time or as
@@ -90,16 +90,18 @@ def busy_time(intervals: list[tuple[float, float]]) -> float:
 
 
 class StepProfile:
-    """`torch.profiler` over a few steps (module docstring, "Where the time goes"): `start()`, the steps,
-    `stop(steps)`, then `summary()`. Both ends wait for the device, so the window holds exactly those steps' work."""
+    """`torch.profiler` over `steps` steps (module docstring, "Where the time goes"), after one warm-up step under
+    the profiler (its start-up, CUPTI's on a GPU, takes a second or more and is not the step's). Call `step()` at
+    the end of each step; after `1 + steps` calls, `summary()`. The device is waited for at the two ends of the
+    recorded window only, so its steps overlap as in training."""
 
-    def __init__(self, cuda: bool):
-        from torch.profiler import ProfilerActivity, profile
+    def __init__(self, cuda: bool, steps: int):
+        from torch.profiler import ProfilerActivity, profile, schedule
 
-        self.cuda = cuda
+        self.cuda, self.steps, self.ended = cuda, steps, 0
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-        self.profiler = profile(activities=activities)
-        self.steps, self.wall_us = 0, 0.0
+        self.profiler = profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=steps, repeat=1))
+        self.profiler.__enter__()
 
     def _sync(self):
         import torch
@@ -107,16 +109,17 @@ class StepProfile:
         if self.cuda:
             torch.cuda.synchronize()
 
-    def start(self) -> None:
-        self._sync()
-        self.profiler.__enter__()
-        self.started = time.perf_counter()
-
-    def stop(self, steps: int) -> None:
-        self._sync()
-        self.wall_us = 1e6 * (time.perf_counter() - self.started)
-        self.profiler.__exit__(None, None, None)
-        self.steps = steps
+    def step(self) -> None:
+        self.ended += 1
+        if self.ended == 1:  # the warm-up step: the recorded window starts
+            self._sync()
+            self.started = time.perf_counter()
+        elif self.ended == 1 + self.steps:
+            self._sync()
+            self.wall_us = 1e6 * (time.perf_counter() - self.started)
+        self.profiler.step()
+        if self.ended == 1 + self.steps:
+            self.profiler.__exit__(None, None, None)
 
     def summary(self, top: int = 6) -> dict:
         from collections import Counter
@@ -252,11 +255,10 @@ def measure(name: str, args: dict) -> list[dict]:
         device_name = "cpu"
     profiles = {}
     for layout, batches in layouts.items() if args["profile"] else ():  # after the timing: it does not disturb it
-        profile = StepProfile(cuda)
-        profile.start()
-        for i in range(args["profile"]):
+        profile = StepProfile(cuda, args["profile"])
+        for i in range(1 + args["profile"]):
             step(batches[i % n_batches])
-        profile.stop(args["profile"])
+            profile.step()
         profiles[layout] = profile.summary()
     peak = device_peak(device_name) if cuda else None
     real_tokens = sum(int(b["attention_mask"].sum()) for b in padded)
@@ -309,7 +311,10 @@ def measure_trainer(name: str, args: dict, which: str) -> dict:
     cuda = torch.cuda.is_available()
     recipe, tokenizer, examples, seq_len, batch_size = prepare(name, args)
     warmup, steps, profiled = 3 if not args["compile"] else 6, args["steps"], args["profile"]
-    needed = (warmup + steps + profiled) * batch_size
+    profile_from = warmup + steps + 1  # the step after the timed ones warms the profiler up (StepProfile)
+    last = profile_from + profiled if profiled else warmup + steps
+    # Batches to spare: the DataLoader must not run dry inside a measured step (its workers' shutdown is not a step).
+    needed = (last + 2 * max(1, args["workers"])) * batch_size
     examples = examples.select([i % len(examples) for i in range(needed)])  # repeat a small text if needed
     if which == "plain":
         plain_class = getattr(transformers, PLAIN_CLASSES[recipe.variant])
@@ -332,10 +337,10 @@ def measure_trainer(name: str, args: dict, which: str) -> dict:
     flops, tokens = count_flops(model, [batch])
     flops_per_token = flops / tokens
     marks: dict[str, float] = {}
+    profiles: list[StepProfile] = []  # made after the timed steps
 
     # Operations run in the DataLoader touch host tensors on a GPU machine too: not syncs.
     syncs = HostSyncs(ignore=("hf_bertology/collators/", "torch/utils/data/", "accelerate/data_loader.py"))
-    profile = StepProfile(cuda)
 
     class Clock(TrainerCallback):
         def on_step_end(self, targs, state, control, **kwargs):
@@ -355,9 +360,9 @@ def measure_trainer(name: str, args: dict, which: str) -> dict:
             if state.global_step == warmup and cuda:
                 torch.cuda.reset_peak_memory_stats()
             if profiled and state.global_step == warmup + steps:  # after the timed steps: it does not disturb them
-                profile.start()
-            if profiled and state.global_step == warmup + steps + profiled:
-                profile.stop(profiled)
+                profiles.append(StepProfile(cuda, profiled))
+            elif profiled and state.global_step > warmup + steps:
+                profiles[0].step()
 
     # `bertology pretrain`'s defaults that bear on speed (the count of real tokens is already set below)
     ours_defaults = {"logging_nan_inf_filter": PRETRAIN_DEFAULTS["logging_nan_inf_filter"]}
@@ -365,7 +370,7 @@ def measure_trainer(name: str, args: dict, which: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         training_args = TrainingArguments(
             output_dir=tmp,
-            max_steps=warmup + steps + profiled,
+            max_steps=last,
             per_device_train_batch_size=batch_size,
             learning_rate=1e-4,
             bf16=cuda,
@@ -406,7 +411,7 @@ def measure_trainer(name: str, args: dict, which: str) -> dict:
         "peak_mib": marks["peak_mib"],
         "syncs_per_step": sum(per_step.values()) / steps if args["count_syncs"] else None,
         "sync_sites": {site: n / steps for site, n in per_step.most_common()} if args["count_syncs"] else None,
-        "profile": profile.summary() if profiled else None,
+        "profile": profiles[0].summary() if profiled else None,
     }
 
 
