@@ -5,10 +5,13 @@
 # so that the step loop and the Trainer runs show where each spends its time.
 #   benchmarks/gpu.sh OUT_DIR [TEXT_FILE] [PART ...]
 #   PART: tests layouts layouts512 plain plain512 compiled compiled_loop (default: all)
-# A device command runs at most 10 minutes: run the parts in three calls, the targets first:
-#   gpu.sh OUT TEXT tests plain compiled      (ours vs plain through a Trainer: the 1.8x and MFU targets)
-#   gpu.sh OUT TEXT compiled_loop layouts     (the step alone, compiled and eager: what the Trainer costs)
-#   gpu.sh OUT TEXT plain512 layouts512
+# A device command runs at most 10 minutes and brings back at most 8 files: run the parts in three calls, the
+# issue's targets first (each part writes 3 files; the CUDA tests 1):
+#   gpu.sh OUT TEXT compiled tests            (est. 7 min: ours compiled vs plain through a Trainer, the 1.8x, MFU and
+#                                              ELECTRA-small targets; the CUDA tests, 2 min on an H100 before)
+#   gpu.sh OUT TEXT plain compiled_loop       (est. 7 min: the same eager; the step alone compiled: what the Trainer costs)
+#   gpu.sh OUT TEXT layouts layouts512        (est. 5 min: padded vs padding-free, eager step loop)
+# (plain512: ours vs plain at 512 tokens, when time is left.)
 set -uo pipefail
 out=${1:?usage: benchmarks/gpu.sh OUT_DIR [TEXT_FILE] [PART ...]}
 text=${2:-../shared/data/wikitext-2-raw/wiki.valid.raw}
