@@ -66,10 +66,11 @@ def device_peak(name: str) -> float | None:
     return next((peak for key, peak in BF16_PEAK.items() if key in name), None)
 
 
-# Kinds of device time (`--profile`), by kernel name (CUDA) or aten op name (CPU); the first match wins.
+# Kinds of device time (`--profile`), by kernel name (CUDA) or aten op name (CPU); the first match wins (attention
+# first: the memory-efficient SDPA kernels are named `fmha_cutlass...`).
 TIME_KINDS = {
+    "attention": r"flash|fmha|attention|sdpa|aten::_safe_softmax",
     "matmul": r"gemm|cutlass|xmma|nvjet|cublas|aten::(addmm|mm|bmm|baddbmm)$",
-    "attention": r"flash|fmha|attention|aten::_safe_softmax",
     "optimizer": r"adam|multi_tensor|aten::_foreach",
     "copies": r"memcpy|memset|aten::(copy_|_to_copy|index_copy|index_select|clone)$",
 }
@@ -485,10 +486,8 @@ def print_profiles(rows: list[dict]) -> None:
     device = rows[0]["device"]
     what = "device time (kernels)" if device != "cpu" else "CPU time of the aten ops"
     print(f"\nwhere the time goes on {device}: profiled steps after the timed ones, shares of the {what}")
-    print(
-        "| recipe | run | steps | ms/step | device busy | matmul | attention | optimizer | copies | other | costliest |"
-    )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    print(f"| recipe | run | steps | ms/step | device busy | {' | '.join([*TIME_KINDS, 'other'])} | costliest |")
+    print("|---|---|---:|---:|---:|" + "---:|" * (len(TIME_KINDS) + 1) + "---|")
     for row in rows:
         profile = row.get("profile")
         if not profile:

@@ -99,6 +99,7 @@ def test_busy_time_is_the_union_of_the_intervals():
     assert step_cost.busy_time([(4, 5), (0, 1)]) == 2  # any order
     assert step_cost.time_kind("void cutlass::Kernel<sm90_xmma_gemm_bf16>") == "matmul"
     assert step_cost.time_kind("pytorch_flash::flash_fwd_kernel") == "attention"
+    assert step_cost.time_kind("fmha_cutlassF_bf16_aligned_64x64_rf_sm80") == "attention"  # not a cutlass GEMM
     assert step_cost.time_kind("multi_tensor_apply_kernel<FusedAdamMathFunctor>") == "optimizer"
     assert step_cost.time_kind("Memcpy HtoD (Pinned -> Device)") == "copies"
     assert step_cost.time_kind("vectorized_elementwise_kernel<GeluCUDAKernelImpl>") == "other"
