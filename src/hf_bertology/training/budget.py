@@ -23,10 +23,10 @@ For a BERT encoder with L layers, hidden H, FFN F, this is the usual 6·N·token
 N = L·(4H² + 2HF) the encoder's weight matrices, plus 6·(H² + H·V) per masked position for the sparse MLM head.
 
 **Budget** (:class:`ComputeBudgetCallback`): a `TrainerCallback` that counts the FLOPs above (or wall time since
-training started) after every optimizer step, evaluations left out of both, sets ``control.should_training_stop`` once the budget is spent, and
-(optionally) makes the learning-rate schedule a function of the budget spent — linear warmup over the first
-``warmup_fraction`` then linear decay to 0 at the budget — so every recipe gets a complete schedule whatever its
-step time. It also records the training curve (loss vs FLOPs, tokens, seconds) and shows a progress bar in budget
+training started) after every optimizer step, evaluations left out of both, sets ``control.should_training_stop``
+once the budget is spent, and (optionally) makes the learning-rate schedule a function of the budget spent — linear
+warmup over the first ``warmup_fraction`` then linear decay to 0 at the budget — so every recipe gets a complete
+schedule whatever its step time. It also records the training curve (loss vs FLOPs, tokens, seconds) and shows a progress bar in budget
 units.
 """
 
@@ -169,7 +169,8 @@ def budget_schedule(fraction: float, warmup_fraction: float) -> float:
 
 class ComputeBudgetCallback(TrainerCallback, ExportableState):
     """Stops training once `budget_flops` training FLOPs (counted by :class:`FlopCounter`) or `budget_seconds` of
-    wall time are spent (evaluation left out of both), and records the curve of the logged losses against FLOPs, tokens and seconds.
+    wall time are spent (evaluation left out of both), and records the curve of the logged losses against FLOPs,
+    tokens and seconds.
 
     With `schedule=True` the Trainer's scheduler must be a `LambdaLR` (e.g. ``lr_scheduler_type="constant"``): its
     factor is replaced by :func:`budget_schedule` of the budget spent, so warmup and decay follow compute, not steps.

@@ -10,8 +10,9 @@ flag does not set them. The output folder is Hub format (see `hf_bertology.hub`)
 Steps, in order, each a function of this module that `run_pretraining` (and so `main`, the command line and
 `bertology compare`) calls: `parse_args` -> `build_recipe` -> `training_arguments` -> `load_corpora` ->
 `build_tokenizer` (loaded, or trained on the corpus) -> `fit_to_tokenizer` -> `set_lengths` -> collator ->
-`build_model` -> `configure_batches` (padding-free or padded, the attention kernel) -> `build_datasets` (the recipe's input format) -> `build_trainer` -> `train_and_evaluate` ->
-`write_outputs` (Hub-format folder, model card, `all_results.json`, push).
+`build_model` -> `configure_batches` (padding-free or padded, the attention kernel) -> `build_datasets` (the
+recipe's input format) -> `build_trainer` -> `train_and_evaluate` -> `write_outputs` (Hub-format folder, model
+card, `all_results.json`, push).
 """
 
 from __future__ import annotations
@@ -78,8 +79,9 @@ class ModelArguments:
         default=None,
         metadata={
             "help": "Attention kernel: `flash_attention_2` (installed, CUDA), `sdpa_packed` (SDPA that also takes "
-            "padding-free batches), `sdpa`, `eager` (these two: padded batches). Default: padding-free runs use flash_attention_2 when installed, "
-            "else sdpa_packed; padded runs keep the model's own (sdpa where transformers has it)."
+            "padding-free batches), `sdpa`, `eager` (these two: padded batches). Default: padding-free runs use "
+            "flash_attention_2 when installed, else sdpa_packed; padded runs keep the model's own (sdpa where "
+            "transformers has it)."
         },
     )
     tokenizer_train_samples: int | None = field(
@@ -118,8 +120,8 @@ class DataArguments:
         default=None,
         metadata={
             "help": "Flatten every batch into one row of real tokens (no compute on padding; attention stays inside "
-            "each example). Default: on for every recipe whose attention allows it (not XLNet, DeBERTa-v3, ModernBERT), "
-            "except with --streaming or an --attn_implementation that reads padded batches only."
+            "each example). Default: on for every recipe whose attention allows it (not XLNet, DeBERTa-v3, "
+            "ModernBERT), except with --streaming or an --attn_implementation that reads padded batches only."
         },
     )
 
