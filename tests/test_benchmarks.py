@@ -62,23 +62,28 @@ def run_step_cost(*flags: str, text) -> subprocess.CompletedProcess:
     return done
 
 
-def test_vs_plain_counts_our_tokens_and_profiles_both_runs(corpus_file):
-    """Ours keeps its token count on the device between logs; the benchmark reads it at its marks, so ours reports
-    real tokens/s (it reported 0 before) and a ratio to plain transformers. `--profile` adds a table of where the
-    time went, for both runs, whose shares add up to the whole."""
-    done = run_step_cost(
-        "--recipes", "bert-tiny", "--vs_plain", "--steps", "2", "--workers", "0", "--profile", "2", text=corpus_file
+PROFILE_COMMAND = re.compile(r"`python (benchmarks/step_cost\.py [^`]*--vs_plain [^`]*--profile 3)`")
+
+
+def test_readme_profile_command_as_written(shared_data):
+    """The README's `--profile` line, from the repo root. Ours keeps its token count on the device between logs;
+    the benchmark reads it at its marks, so ours reports real tokens/s (it reported 0 before) and a ratio to plain
+    transformers. The profile table covers both runs, and its shares add up to the whole."""
+    (line,) = PROFILE_COMMAND.findall((REPO / "README.md").read_text())
+    done = subprocess.run(
+        [PYTHON, *shlex.split(line)], cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=1200
     )
+    assert done.returncode == 0, done.stderr[-4000:]
     rows = {row["which"]: row for row in measured_rows(done.stderr)}
     assert rows.keys() == {"ours", "plain"}
     assert rows["ours"]["tokens_per_s"] > 0 and rows["plain"]["tokens_per_s"] > 0
     for which, row in rows.items():
         profile = row["profile"]
-        assert profile["steps"] == 2 and profile["ms_per_step"] > 0, which
+        assert profile["steps"] == 3 and profile["ms_per_step"] > 0, which
         assert profile["device_busy"] is None  # CPU: no device to be idle
         assert sum(profile["kinds"].values()) == pytest.approx(1.0), (which, profile["kinds"])
         assert profile["kinds"]["matmul"] > 0 and profile["kinds"]["optimizer"] > 0, (which, profile["kinds"])
-    table = [line for line in done.stdout.splitlines() if line.startswith("| bert-tiny |")]
+    table = [line for line in done.stdout.splitlines() if line.startswith("| bert-mini |")]
     assert len(table) == 4, done.stdout  # two in the throughput table, two in the profile table
 
 
