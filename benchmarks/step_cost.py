@@ -514,7 +514,7 @@ def print_syncs(rows: list[dict]) -> None:
         )
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--recipes", help="comma-separated (default: every *-mini recipe in the registry)")
     parser.add_argument("--seq_len", type=int, default=None, help="default: each recipe's max_seq_length")
@@ -530,7 +530,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--count_syncs", action="store_true", help="--vs_plain: count host syncs per step (untimed)")
     parser.add_argument("--profile", type=int, default=0, help="profile this many more steps (where the time goes)")
     parser.add_argument("--json", help="also write the rows to this file")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
 
     from hf_bertology.recipes import PRESETS
 

@@ -108,3 +108,33 @@ def test_busy_time_is_the_union_of_the_intervals():
     assert step_cost.time_kind("multi_tensor_apply_kernel<FusedAdamMathFunctor>") == "optimizer"
     assert step_cost.time_kind("Memcpy HtoD (Pinned -> Device)") == "copies"
     assert step_cost.time_kind("vectorized_elementwise_kernel<GeluCUDAKernelImpl>") == "other"
+
+
+def test_gpu_plan_runs_as_written():
+    """`benchmarks/gpu.sh` runs on a lent GPU, a few device minutes at a time: a typo there costs a whole call. Every
+    part named in its plan exists, every `bench` line is a valid step_cost.py command on recipes that exist, no two
+    write the same files, and each planned call brings back at most the 8 files a device command may return (3 per
+    bench, 1 for the CUDA tests)."""
+    spec = importlib.util.spec_from_file_location("step_cost", REPO / "benchmarks" / "step_cost.py")
+    step_cost = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(step_cost)
+    from hf_bertology.recipes import PRESETS
+
+    script = (REPO / "benchmarks" / "gpu.sh").read_text()
+    arms = dict(re.findall(r"^ {4}(\w+)\) (.*?);;$", script, re.MULTILINE | re.DOTALL))
+    assert set(re.search(r"parts=\$\{\*:-([\w ]+)\}", script).group(1).split()) == set(arms)
+    assert set(re.search(r"#   PART: ([\w ]+) \(default", script).group(1).split()) == set(arms)
+    names, files = set(), {}
+    for part, body in arms.items():
+        benches = re.findall(r"bench (\w+) (.*)", body)
+        files[part] = 3 * len(benches) + (part == "tests")
+        assert benches or part == "tests", part
+        for name, flags in benches:
+            assert name not in names, f"two parts write {name}.*"
+            names.add(name)
+            args = step_cost.build_parser().parse_args(shlex.split(flags))
+            assert set(args.recipes.split(",")) <= set(PRESETS), args.recipes
+    calls = re.findall(r"^#   gpu\.sh OUT TEXT ([\w ]+?) +\(", script, re.MULTILINE)
+    assert len(calls) >= 3
+    for call in calls:
+        assert sum(files[part] for part in call.split()) <= 8, call
