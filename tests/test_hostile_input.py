@@ -179,3 +179,90 @@ def test_a_padded_only_kernel_trains_padded(tmp_path, capsys, kernel):
     assert status == 0, err[-2000:]
     assert trainer.model.config._attn_implementation == kernel
     assert type(trainer.data_collator).__name__ == "TargetPositionsCollator"  # padded, with target positions
+
+
+def test_an_abbreviated_flag_is_refused_not_dropped(tmp_path, out, capsys):
+    """argparse would take `--max_step` for `--max_steps`, but the recipe's defaults replace what the user did not set
+    by name: 10 steps instead of 2. Refused, naming the flag."""
+    corpus = write_corpus(tmp_path / "corpus.txt", n_docs=20)
+    status, err = run(pretrain_argv("bert-tiny", corpus, out, "--max_step", "2"), capsys)
+    assert_one_error(status, err, "--max_step")
+    required = {
+        "glue": ["--model_name_or_path", "m", "--task_name", "rte", "--output_dir", str(out)],
+        "compare": ["--recipes", "bert-tiny", "--output_dir", str(out)],
+        "show-mask": ["--recipe", "bert-tiny", "--output_dir", str(out)],
+    }
+    for command, argv in required.items():
+        abbreviated = "--budget_flop" if command == "compare" else "--max_step"
+        status = cli.main([command, *argv, abbreviated, "2"])
+        assert_one_error(status, capsys.readouterr().err, abbreviated)
+
+
+@pytest.mark.parametrize(
+    "recipe, override, needles",
+    [
+        ("bert-tiny", "num_hidden_layer=1", ["'num_hidden_layer' is not a field", "did you mean 'num_hidden_layers'"]),
+        ("electra-tiny@roberta", "generator_hidden_fractio=0.5", ["not a field", "'generator_hidden_fraction'"]),
+        ("bert-tiny", "num_hidden_layers=abc", ["num_hidden_layers", "expected int"]),
+        ("electra-tiny@roberta", "num_hidden_layers=abc", ["num_hidden_layers", "expected int"]),
+        ("spanbert-tiny", "mlm_probability=1.5", ["mlm_probability must be in (0, 1)"]),
+    ],
+)
+def test_a_bad_config_override_is_one_line(tmp_path, out, capsys, recipe, override, needles):
+    """`PretrainedConfig` keeps an unknown keyword as an attribute: a misspelt key would train the default silently."""
+    corpus = write_corpus(tmp_path / "corpus.txt", n_docs=5)
+    status, err = run(pretrain_argv(recipe, corpus, out, "--max_steps", "1", "--config_overrides", override), capsys)
+    assert_one_error(status, err, *needles)
+
+
+def test_a_misspelt_override_in_a_recipe_name_is_refused():
+    from hf_bertology.recipes import get_recipe
+    from hf_bertology.utils import BertologyError
+
+    with pytest.raises(BertologyError, match="did you mean 'embedding_sharing'"):
+        get_recipe("deberta-v3-mini+embeding_sharing=es")
+    assert get_recipe("deberta-v3-mini+embedding_sharing=es").config.embedding_sharing == "es"
+
+
+@pytest.mark.parametrize("command", ["pretrain", "glue", "compare"])
+@pytest.mark.parametrize(
+    "name, text, needles",
+    [
+        ("missing.json", None, ["arguments file not found"]),
+        ("broken.yaml", "a: [\n", ["broken.yaml", "not valid YAML"]),
+        ("broken.json", "{", ["broken.json", "not valid JSON"]),
+        ("list.json", "[1, 2]", ["a mapping", "list"]),
+        (
+            "typo.yaml",
+            "{model_name_or_path: m, task_name: rte, recipes: bert-tiny, output_dir: o, max_step: 2}",
+            ["typo.yaml", "max_step"],
+        ),
+    ],
+)
+def test_a_bad_argument_file_is_one_line(tmp_path, capsys, command, name, text, needles):
+    path = tmp_path / name
+    if text is not None:
+        path.write_text(text)
+    assert_one_error(cli.main([command, str(path)]), capsys.readouterr().err, *needles)
+
+
+def test_a_directory_trains_on_its_text_files_only(tmp_path, out, capsys):
+    """A corpus folder as published (the shared Wikipedia dump has a README.md and a SHA256SUMS beside its files):
+    the checksums and the readme are not training text."""
+    from hf_bertology.data.corpus import expand_paths
+
+    data = tmp_path / "data"
+    (data / "AA").mkdir(parents=True)
+    write_corpus(data / "AA" / "wiki_00", n_docs=5)
+    write_corpus(data / "extra.jsonl.txt", n_docs=5)
+    (data / "README.md").write_text("# A corpus\n")
+    (data / "SHA256SUMS").write_text("0" * 64 + "  AA/wiki_00\n")
+    (data / "LICENSE").write_text("CC BY-SA\n")
+    (data / "table.csv").write_text("a,b\n")
+    assert [p.relative_to(data).as_posix() for p in expand_paths(data)] == ["AA/wiki_00", "extra.jsonl.txt"]
+    assert [p.name for p in expand_paths(str(data / "README.md"))] == ["README.md"]  # named: read as given
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "README.md").write_text("# nothing else\n")
+    status, err = run(pretrain_argv("bert-tiny", docs, out, "--max_steps", "1"), capsys)
+    assert_one_error(status, err, "holds no text or JSON Lines files", "README.md")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -40,8 +41,11 @@ def flags(*extra: str) -> list[str]:
     return ["--max_steps", str(MAX_STEPS), "--save_steps", str(SAVE_STEPS), "--save_total_limit", "3", *extra]
 
 
-def kill_after_checkpoint(argv: list[str], output_dir: Path, step: int, timeout: float = 300) -> int:
-    """Run `bertology pretrain argv` in a child; SIGKILL it as soon as checkpoint `step` is complete."""
+def kill_after_checkpoint(
+    argv: list[str], output_dir: Path, step: int, timeout: float = 300, sig: int = signal.SIGKILL
+) -> tuple[int, str]:
+    """Run `bertology pretrain argv` in a child; send it `sig` as soon as checkpoint `step` is complete. Its exit
+    status and stderr."""
     child = subprocess.Popen(
         [PYTHON, "-m", "hf_bertology", "pretrain", *argv],
         env=subprocess_env(),
@@ -54,14 +58,14 @@ def kill_after_checkpoint(argv: list[str], output_dir: Path, step: int, timeout:
     try:
         while not marker.exists() and child.poll() is None and time.monotonic() < deadline:
             time.sleep(0.005)
-        child.send_signal(signal.SIGKILL)
-        _, stderr = child.communicate(timeout=30)
+        child.send_signal(sig)
+        _, stderr = child.communicate(timeout=120)
     finally:
         if child.poll() is None:
             child.kill()
             child.wait(timeout=30)
     assert marker.exists(), f"checkpoint-{step} never completed: {stderr.decode()[-3000:]}"
-    return child.returncode
+    return child.returncode, stderr.decode()
 
 
 def fake_partial_checkpoint(source: Path, target: Path) -> None:
@@ -86,7 +90,7 @@ def run_kill_and_resume(recipe: str, tmp_path: Path, *extra: str) -> None:
     assert cli.main(["pretrain", *pretrain_argv(recipe, corpus, reference, *flags(*extra))]) == 0
 
     step = random.Random(KILL_SEED).choice(range(SAVE_STEPS, MAX_STEPS // 2 + 1, SAVE_STEPS))
-    returncode = kill_after_checkpoint(pretrain_argv(recipe, corpus, killed, *flags(*extra)), killed, step)
+    returncode, _ = kill_after_checkpoint(pretrain_argv(recipe, corpus, killed, *flags(*extra)), killed, step)
     assert returncode == -signal.SIGKILL
     assert not (killed / "model.safetensors").exists()  # it died before the end
     last = last_complete_checkpoint(killed)
@@ -109,6 +113,38 @@ def run_kill_and_resume(recipe: str, tmp_path: Path, *extra: str) -> None:
 
 def test_kill_and_resume_equals_an_uninterrupted_run(tmp_path):
     run_kill_and_resume(tiny_recipes()[0], tmp_path)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_saves_the_step_it_stopped_at(tmp_path, sig):
+    """Ctrl-C (or a scheduler's SIGTERM) in the middle of a run: the step under way finishes, a complete checkpoint
+    of it is saved (not only the last `--save_steps` multiple), the command exits 130 with a line saying how to go
+    on and writes no final folder; `--resume_from_checkpoint last` then continues from that step to the weights of
+    an uninterrupted run."""
+    recipe = tiny_recipes()[0]
+    corpus = write_corpus(tmp_path / "corpus.txt", n_docs=60)
+    reference, stopped = tmp_path / "reference", tmp_path / "stopped"
+    tokenizer_dir = tmp_path / "tokenizer"
+    hb.get_recipe(recipe).train_tokenizer([corpus.read_text()], vocab_size=300).save_pretrained(tokenizer_dir)
+    argv = pretrain_argv(recipe, corpus, stopped, *flags("--tokenizer_name", str(tokenizer_dir)))
+    returncode, stderr = kill_after_checkpoint(argv, stopped, SAVE_STEPS, sig=sig)
+    assert returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr and stderr.strip().splitlines()[-1] == "interrupted", stderr[-3000:]
+    said = re.search(r"stopped after step (\d+) with a checkpoint in .*--resume_from_checkpoint last", stderr)
+    assert said, stderr[-3000:]
+    step = int(said.group(1))
+    assert step > SAVE_STEPS and last_complete_checkpoint(stopped) == stopped / f"checkpoint-{step}"
+    assert not (stopped / "model.safetensors").exists() and not (stopped / "all_results.json").exists()
+
+    assert cli.main(["pretrain", *argv, "--resume_from_checkpoint", "last"]) == 0
+    assert (
+        cli.main(
+            ["pretrain", *pretrain_argv(recipe, corpus, reference, *flags("--tokenizer_name", str(tokenizer_dir)))]
+        )
+        == 0
+    )
+    expected, got = load_file(reference / "model.safetensors"), load_file(stopped / "model.safetensors")
+    assert all(torch.equal(expected[k], got[k]) for k in expected)
 
 
 @pytest.mark.slow

@@ -14,12 +14,14 @@ branch anywhere else. Sources for every number: ../shared/RECIPES.md (cited per 
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from huggingface_hub.errors import StrictDataclassError
 from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 from .collators import DataCollatorForMaskedLM, DataCollatorForPermutationLM, DataCollatorForSpanMasking
@@ -563,6 +565,25 @@ def _family_config(config_class: type) -> type:
     return next(base for base in config_class.__mro__[1:] if base.__module__.startswith("transformers."))
 
 
+# What a config class raises for a bad value: its own checks, and transformers' strict dataclass validation.
+CONFIG_ERRORS = (ValueError, TypeError, StrictDataclassError)
+
+
+def _one_line(err: Exception) -> str:
+    """The error's message as one line (a strict dataclass error puts its reason on a second line)."""
+    return " ".join(str(err).split()) or type(err).__name__
+
+
+def check_override_keys(recipe: str, overrides: dict[str, Any], known: set[str]) -> None:
+    """A config override must name a field of the recipe's config: `PretrainedConfig` keeps any unknown keyword as an
+    attribute, so a misspelt `num_hidden_layer=1` would otherwise train the default depth without a word."""
+    for key in overrides:
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise BertologyError(f"{recipe}: {key!r} is not a field of its config{hint}")
+
+
 def _normalise_parts(parts: dict[str, Any]) -> dict[str, Any]:
     parts = dict(parts)
     if "sentence_task" in parts and str(parts["sentence_task"]).lower() in ("none", "", "false"):
@@ -623,6 +644,7 @@ def _compose(name: str, variant: Variant, backbone_name: str, overrides: dict[st
     if "max_position_embeddings" in family_fields:  # RoBERTa's positions start after the padding index
         needed = max_seq_length + (2 if backbone.model_type == "roberta" else 0)
         values["max_position_embeddings"] = max(values.get("max_position_embeddings") or 0, needed)
+    check_override_keys(f"{name}@{backbone.name}", overrides, set(values) | family_fields | set(PART_FIELDS))
     requested = _normalise_parts({key: overrides[key] for key in PART_FIELDS if key in overrides})
     values.update(requested)
     if "sentence_task" in requested:
@@ -661,8 +683,8 @@ def _compose(name: str, variant: Variant, backbone_name: str, overrides: dict[st
         values["embedding_sharing"] = "nes"
     try:
         config = backbone.config_class(**values)
-    except ValueError as err:
-        raise BertologyError(f"{name}@{backbone.name}: {err}") from None
+    except CONFIG_ERRORS as err:
+        raise BertologyError(f"{name}@{backbone.name}: {_one_line(err)}") from None
     return Recipe(
         name=f"{name}@{backbone.name}",
         variant=variant.name,
@@ -833,10 +855,16 @@ def get_recipe(name: str, backbone: str | None = None, **config_overrides) -> Re
     parts = _normalise_parts({key: config_overrides[key] for key in PART_FIELDS if key in config_overrides})
     if backbone not in (None, variant.backbone) or _parts_change(variant, parts):
         return _compose(name, variant, backbone or variant.backbone, config_overrides)
+    check_override_keys(
+        name, config_overrides, _fields(variant.config_class) | set(preset["config"]) | set(PART_FIELDS)
+    )
     config_overrides = {key: value for key, value in config_overrides.items() if key not in PART_FIELDS}
     data = dict(preset["data"])
     vocab_size = config_overrides.get("vocab_size", data.get("vocab_size", 30522))
-    config = variant.config_class(**{**preset["config"], "vocab_size": vocab_size, **config_overrides})
+    try:
+        config = variant.config_class(**{**preset["config"], "vocab_size": vocab_size, **config_overrides})
+    except CONFIG_ERRORS as err:
+        raise BertologyError(f"{name}: {_one_line(err)}") from None
     return Recipe(
         name=name,
         variant=variant.name,

@@ -44,3 +44,55 @@ def accelerator_defaults() -> dict:
     import torch
 
     return {} if torch.cuda.is_available() or torch.accelerator.is_available() else {"dataloader_pin_memory": False}
+
+
+ARGUMENT_FILES = (".json", ".yaml", ".yml")
+
+
+def argument_file(argv: list[str]) -> str | None:
+    """The one JSON/YAML file a command line consists of (`bertology pretrain args.json`), or None for flags."""
+    return argv[0] if len(argv) == 1 and argv[0].endswith(ARGUMENT_FILES) else None
+
+
+def read_argument_file(path: str) -> dict:
+    """The keys and values of a JSON or YAML argument file; a missing or unreadable one is one BertologyError."""
+    import json
+    from pathlib import Path
+
+    import yaml
+
+    if not Path(path).is_file():
+        raise BertologyError(f"arguments file not found: {path}")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        values = json.loads(text) if path.endswith(".json") else yaml.safe_load(text) or {}
+    except (UnicodeDecodeError, ValueError, yaml.YAMLError) as err:  # JSONDecodeError is a ValueError
+        kind = "JSON" if path.endswith(".json") else "YAML"
+        raise BertologyError(f"{path}: not valid {kind}: {' '.join(str(err).split())}") from None
+    if not isinstance(values, dict):
+        raise BertologyError(f"{path}: expected keys and values (a mapping), found a {type(values).__name__}")
+    return values
+
+
+def argument_parser(dataclass_types, prog: str, **defaults):
+    """transformers' `HfArgumentParser` for a command. Abbreviated flags are refused: argparse would accept
+    `--max_step 2` for `--max_steps`, but the names the user set are read from the command line itself (so that a
+    recipe's defaults never replace them), and the abbreviation would then lose to the recipe's value."""
+    from transformers import HfArgumentParser
+
+    parser = HfArgumentParser(dataclass_types, prog=prog, allow_abbrev=False)
+    parser.set_defaults(**defaults)
+    return parser
+
+
+def parse_arguments(parser, argv: list[str], file_defaults: dict | None = None) -> tuple:
+    """The parser's dataclasses from flags or from one JSON/YAML file (its values over `file_defaults`; flags get
+    the parser's defaults). Unknown keys, wrong types and TrainingArguments' own checks are one BertologyError
+    (argparse itself prints its usage and exits for a bad flag)."""
+    path = argument_file(argv)
+    try:
+        if path:
+            return parser.parse_dict({**(file_defaults or {}), **read_argument_file(path)})
+        return parser.parse_args_into_dataclasses(argv)
+    except (ValueError, TypeError) as err:
+        raise BertologyError(f"{path + ': ' if path else ''}{str(err).strip().splitlines()[0]}") from None

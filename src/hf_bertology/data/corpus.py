@@ -25,8 +25,32 @@ _SENTENCE_END = re.compile(r"(?<=[.!?…])[\"'”’)\]]*\s+(?=[\"'“‘(\[]*[A
 MAX_SENTENCE_CHARS = 2000  # longer "sentences" (tables, a 50 MB line) are cut at whitespace near this length
 
 
+# Files a corpus directory often holds beside its text (checksums, licence, readme): not training text.
+NOT_CORPUS_NAMES = {
+    "sha256sums",
+    "sha1sums",
+    "md5sums",
+    "checksums",
+    "license",
+    "licence",
+    "copying",
+    "readme",
+    "notice",
+}
+
+
+def is_corpus_file(path: Path) -> bool:
+    """Whether a file found in a directory is corpus text: a text or JSON Lines suffix, or none (WikiExtractor's
+    `wiki_00`), and not a known companion file (`SHA256SUMS`, `LICENSE`)."""
+    if path.name.startswith(".") or path.stem.lower() in NOT_CORPUS_NAMES:
+        return False
+    return path.suffix.lower() in TEXT_SUFFIXES | JSON_SUFFIXES
+
+
 def expand_paths(paths: str | Sequence[str]) -> list[Path]:
-    """Files named by `paths`: files, globs and directories (searched recursively, hidden files skipped)."""
+    """Files named by `paths`: files, globs and directories. A directory is searched recursively for corpus files
+    (`is_corpus_file`: hidden files, a `README.md` or `SHA256SUMS` beside the text are skipped, and logged); a file
+    named or matched by a glob is always read."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     files: list[Path] = []
@@ -38,10 +62,15 @@ def expand_paths(paths: str | Sequence[str]) -> list[Path]:
         for match in matches:
             path = Path(match)
             if path.is_dir():
-                found = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
-                if not found:
-                    raise BertologyError(f"directory {path} holds no files")
-                files.extend(found)
+                found = sorted(p for p in path.rglob("*") if p.is_file())
+                kept = [p for p in found if is_corpus_file(p)]
+                skipped = [p.name for p in found if not is_corpus_file(p) and not p.name.startswith(".")]
+                if not kept:
+                    detail = f" (skipped: {', '.join(skipped[:5])})" if skipped else ""
+                    raise BertologyError(f"directory {path} holds no text or JSON Lines files{detail}")
+                if skipped:
+                    logger.info("%s: skipped %d files that are not corpus text: %s", path, len(skipped), skipped[:5])
+                files.extend(kept)
             elif path.is_file():
                 files.append(path)
             else:

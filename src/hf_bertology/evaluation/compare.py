@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..recipes import get_recipe
-from ..utils import BertologyError, logger, set_verbosity
+from ..utils import BertologyError, argument_parser, logger, parse_arguments, set_verbosity
 from . import glue
 
 PRETRAIN_RESULTS = "compare_pretrain.json"
@@ -108,16 +108,7 @@ class CompareArguments:
 
 
 def parse_args(argv: list[str]) -> CompareArguments:
-    from transformers import HfArgumentParser
-
-    parser = HfArgumentParser(CompareArguments)
-    parser.prog = "bertology compare"
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        (args,) = parser.parse_json_file(argv[0])
-    elif len(argv) == 1 and argv[0].endswith((".yaml", ".yml")):
-        (args,) = parser.parse_yaml_file(argv[0])
-    else:
-        (args,) = parser.parse_args_into_dataclasses(argv)
+    (args,) = parse_arguments(argument_parser(CompareArguments, "bertology compare"), argv)
     return args
 
 

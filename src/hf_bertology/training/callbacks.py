@@ -4,11 +4,19 @@
   the generator (masked LM) for `config.two_stage_generator_steps` optimizer steps, then initialise the
   discriminator from the generator's weights and train the discriminator with the generator frozen. The paper
   reports it below joint training; it is here to reproduce that comparison.
+- `SaveOnInterrupt`: Ctrl-C (SIGINT) or a scheduler's SIGTERM ends training at the end of the current step with a
+  complete checkpoint, so that `--resume_from_checkpoint last` goes on from there instead of from the last
+  `save_steps` multiple (`bertology pretrain` adds it to every single-process run).
 """
 
 from __future__ import annotations
 
+import signal
+import threading
+
 from transformers import TrainerCallback
+
+from ..utils import logger
 
 
 class ElectraTwoStageCallback(TrainerCallback):
@@ -33,6 +41,43 @@ class ElectraTwoStageCallback(TrainerCallback):
         model = self._unwrap(model)
         if state.global_step == model.config.two_stage_generator_steps and model.training_stage != "discriminator":
             model.start_discriminator_stage(initialize=True)
+
+
+class SaveOnInterrupt(TrainerCallback):
+    """The first SIGINT/SIGTERM during training asks the Trainer to save a checkpoint at the end of the current step
+    and stop (`interrupted` then holds the step); a second SIGINT interrupts at once, as without this callback.
+
+    Single-process runs only: the ranks of a multi-process job would see the signal at different steps and save at
+    different ones (agreeing would cost a collective every step); they keep `save_steps`.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.interrupted: int | None = None
+        self.signal_name: str | None = None
+        self._previous: dict = {}
+
+    def _handle(self, signum, frame):
+        if self.signal_name is not None and signum == signal.SIGINT:  # the second Ctrl-C: stop now
+            raise KeyboardInterrupt
+        self.signal_name = signal.Signals(signum).name
+        logger.warning("%s: saving a checkpoint at the end of this step (Ctrl-C again to stop now)", self.signal_name)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if args.world_size == 1 and threading.current_thread() is threading.main_thread():
+            self._previous = {signum: signal.signal(signum, self._handle) for signum in self.SIGNALS}
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.signal_name is not None and self.interrupted is None:
+            self.interrupted = state.global_step
+            control.should_save = True
+            control.should_training_stop = True
+
+    def on_train_end(self, args, state, control, **kwargs):
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
 
 
 def callbacks_for(model) -> list[TrainerCallback]:

@@ -30,7 +30,7 @@ from pathlib import Path
 import datasets
 import torch
 import transformers
-from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments, set_seed
+from transformers import AutoTokenizer, TrainingArguments, set_seed
 
 from ..data import build_pretraining_dataset, load_corpus, tokenize_corpus
 from ..hub import push_from_training_args, save_folder, write_model_card
@@ -39,13 +39,23 @@ from ..recipes import (
     VARIANTS,
     Recipe,
     backbone_of_model_class,
+    check_override_keys,
     get_recipe,
     list_recipes,
     parse_overrides,
 )
-from ..utils import BertologyError, accelerator_defaults, logger, set_verbosity
+from ..utils import (
+    BertologyError,
+    accelerator_defaults,
+    argument_file,
+    argument_parser,
+    logger,
+    parse_arguments,
+    read_argument_file,
+    set_verbosity,
+)
 from .attention import configure_attention
-from .callbacks import callbacks_for
+from .callbacks import SaveOnInterrupt, callbacks_for
 from .trainer import is_complete_checkpoint, last_complete_checkpoint
 
 
@@ -161,23 +171,11 @@ def device_defaults(explicit: set[str], streaming: bool = False) -> dict:
     return defaults
 
 
-ARGUMENT_FILES = (".json", ".yaml", ".yml")
-
-
-def read_argument_file(path: str) -> dict:
-    """The keys and values of a JSON or YAML argument file."""
-    text = Path(path).read_text(encoding="utf-8")
-    if path.endswith(".json"):
-        return json.loads(text)
-    import yaml
-
-    return yaml.safe_load(text) or {}
-
-
 def explicit_keys(argv: list[str]) -> set[str]:
     """Argument names the user set (flags, or keys of a JSON/YAML file), so recipe defaults do not override them."""
-    if len(argv) == 1 and argv[0].endswith(ARGUMENT_FILES):
-        return set(read_argument_file(argv[0]))
+    path = argument_file(argv)
+    if path:
+        return set(read_argument_file(path))
     return {arg[2:].split("=", 1)[0].replace("-", "_") for arg in argv if arg.startswith("--")}
 
 
@@ -187,18 +185,15 @@ def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, Training
     Under a launcher on a CPU machine, `use_cpu`/`ddp_backend` default to one gloo job already here: the
     TrainingArguments set up the process group as they are built (see `launcher_defaults`).
     """
-    parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
-    parser.prog = "bertology pretrain"
     explicit = explicit_keys(argv)
     launch = launcher_defaults(explicit)
-    if len(argv) == 1 and argv[0].endswith(ARGUMENT_FILES):
-        model_args, data_args, training_args = parser.parse_dict({**launch, **read_argument_file(argv[0])})
-    else:
-        # our defaults in `--help` (the values are applied, under the recipe's, by `training_arguments`); not the
-        # strings, which argparse would convert with the flag's type (`include_num_input_tokens_seen` parses bools)
-        shown = {key: value for key, value in PRETRAIN_DEFAULTS.items() if not isinstance(value, str)}
-        parser.set_defaults(**shown, **launch)
-        model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
+    # our defaults in `--help` (the values are applied, under the recipe's, by `training_arguments`); not the
+    # strings, which argparse would convert with the flag's type (`include_num_input_tokens_seen` parses bools)
+    shown = {key: value for key, value in PRETRAIN_DEFAULTS.items() if not isinstance(value, str)}
+    parser = argument_parser(
+        (ModelArguments, DataArguments, TrainingArguments), "bertology pretrain", **shown, **launch
+    )
+    model_args, data_args, training_args = parse_arguments(parser, argv, file_defaults=launch)
     return model_args, data_args, training_args, explicit
 
 
@@ -336,6 +331,7 @@ def build_recipe(model_args: ModelArguments) -> Recipe:
     elif source and checkpoint_variant(source) is not None:
         variant, backbone = checkpoint_variant(source), checkpoint_backbone(source)
         config_class = BACKBONES[backbone].config_class if backbone else variant.config_class
+        check_override_keys(source, overrides, set(config_class.from_pretrained(source).to_dict()))
         config = config_class.from_pretrained(source, **overrides)
         # the length it was pretrained at (saved by `set_lengths`; a checkpoint from before that: the positions')
         length = getattr(config, "max_seq_length", None) or min(512, max_positions(config))
@@ -579,18 +575,30 @@ def build_trainer(
         eval_dataset=eval_dataset,
         data_collator=collator,
         processing_class=tokenizer,
-        callbacks=[*callbacks_for(model), *(callbacks or [])],
+        callbacks=[*callbacks_for(model), SaveOnInterrupt(), *(callbacks or [])],
     )
     warn_if_fsdp_ignored(trainer)
     return trainer, push_args
 
 
 def train_and_evaluate(trainer, resume_from: str | None = None) -> dict:
-    """Train (unless only `--do_eval`), then evaluate with `--do_eval` (perplexity from the MLM loss); the metrics."""
+    """Train (unless only `--do_eval`), then evaluate with `--do_eval` (perplexity from the MLM loss); the metrics.
+
+    Training stopped by Ctrl-C or SIGTERM (`SaveOnInterrupt`) has saved a checkpoint; it raises KeyboardInterrupt
+    then, before any evaluation or output folder, so that a stopped run is never taken for a finished one."""
     args = trainer.args
     metrics: dict = {}
     if args.do_train or not args.do_eval:
         result = trainer.train(resume_from_checkpoint=resume_from)
+        stop = next((c for c in trainer.callback_handler.callbacks if isinstance(c, SaveOnInterrupt)), None)
+        if stop is not None and stop.interrupted is not None:
+            logger.warning(
+                "%s: stopped after step %d with a checkpoint in %s; go on with --resume_from_checkpoint last",
+                stop.signal_name,
+                stop.interrupted,
+                args.output_dir,
+            )
+            raise KeyboardInterrupt
         metrics.update(result.metrics)
     if args.do_eval and trainer.eval_dataset is not None:
         eval_metrics = trainer.evaluate()

@@ -16,10 +16,10 @@ import sys
 from dataclasses import dataclass, field
 
 import torch
-from transformers import HfArgumentParser, TrainingArguments
+from transformers import TrainingArguments
 
 from ..collators.base import EXAMPLE_ID
-from ..utils import BertologyError
+from ..utils import BertologyError, argument_parser, parse_arguments
 from .pretrain import (
     DataArguments,
     ModelArguments,
@@ -83,9 +83,10 @@ def describe(batch: dict[str, torch.Tensor], tokenizer) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments, ShowMaskArguments))
-    parser.prog = "bertology show-mask"
-    model_args, data_args, training_args, show = parser.parse_args_into_dataclasses(argv)
+    parser = argument_parser(
+        (ModelArguments, DataArguments, TrainingArguments, ShowMaskArguments), "bertology show-mask"
+    )
+    model_args, data_args, training_args, show = parse_arguments(parser, argv)
     if data_args.streaming:
         raise BertologyError("show-mask needs a map-style dataset: a streamed example has no index")
     recipe = build_recipe(model_args)

@@ -4,14 +4,12 @@ parsed by ``HfArgumentParser`` (flags, or one JSON/YAML file), and the papers' d
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from ...utils import BertologyError, accelerator_defaults
+from ...utils import accelerator_defaults, argument_parser, parse_arguments
 from .tasks import GLUE_TASKS
 
 GLUE_DEFAULTS: dict[str, Any] = {
@@ -97,12 +95,11 @@ class ModelArguments:
 
 
 def _parser():
-    from transformers import HfArgumentParser, TrainingArguments
+    from transformers import TrainingArguments
 
-    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
-    parser.prog = "bertology glue"
-    parser.set_defaults(**GLUE_DEFAULTS, **accelerator_defaults())  # argparse defaults: any flag the user gives wins
-    return parser
+    # argparse defaults: any flag the user gives wins
+    types = (ModelArguments, DataTrainingArguments, TrainingArguments)
+    return argument_parser(types, "bertology glue", **GLUE_DEFAULTS, **accelerator_defaults())
 
 
 def parse_args(argv: Sequence[str] | None = None):
@@ -110,28 +107,8 @@ def parse_args(argv: Sequence[str] | None = None):
     with :data:`GLUE_DEFAULTS` for every TrainingArguments value the user leaves out. With none of ``--do_train``,
     ``--do_eval``, ``--do_predict``, trains and evaluates."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = _parser()
-    if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
-        path = Path(argv[0])
-        if not path.is_file():
-            raise BertologyError(f"arguments file not found: {path}")
-        if path.suffix == ".json":
-            values = json.loads(path.read_text())
-        else:
-            import yaml
-
-            values = yaml.safe_load(path.read_text())
-        try:
-            model_args, data_args, training_args = parser.parse_dict(
-                {**GLUE_DEFAULTS, **accelerator_defaults(), **values}
-            )
-        except (ValueError, TypeError) as err:  # unknown keys, wrong types, TrainingArguments' own checks
-            raise BertologyError(f"{path}: {str(err).strip().splitlines()[0]}") from None
-    else:
-        try:
-            model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
-        except ValueError as err:  # TrainingArguments.__post_init__ checks (argparse itself exits with usage)
-            raise BertologyError(str(err).strip().splitlines()[0]) from None
+    file_defaults = {**GLUE_DEFAULTS, **accelerator_defaults()}
+    model_args, data_args, training_args = parse_arguments(_parser(), argv, file_defaults)
     if not (training_args.do_train or training_args.do_eval or training_args.do_predict):
         training_args.do_train = training_args.do_eval = True
     return model_args, data_args, training_args
