@@ -207,6 +207,7 @@ def test_compare_end_to_end_and_resume(compare_inputs, tmp_path, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("finished work was run again")
 
+    real_glue_main = glue.main
     monkeypatch.setattr(pretrain, "main", refuse)
     monkeypatch.setattr(glue, "main", refuse)
     (out / "report.md").unlink()
@@ -219,6 +220,17 @@ def test_compare_end_to_end_and_resume(compare_inputs, tmp_path, monkeypatch):
         compare.main(_argv(corpus, glue_dir, out, budget="4e8"))
     with pytest.raises(BertologyError, match="fine-tuned with other settings"):
         compare.main(_argv(corpus, glue_dir, out) + ["--glue_epochs", "2"])
+
+    # a fine-tuning stopped during evaluation: the Trainer had written all_results.json with the training metrics
+    # only, and the settings file (written after the run) is missing. That task alone is run again.
+    task_dir = out / "glue" / "roberta-tiny" / "sst2"
+    (task_dir / "compare_finetune.json").unlink()
+    (task_dir / "all_results.json").write_text(json.dumps({"train_loss": 0.7}))
+    ran = []
+    monkeypatch.setattr(glue, "main", lambda argv: ran.append(argv) or real_glue_main(argv))
+    resumed = compare.main(_argv(corpus, glue_dir, out))
+    assert len(ran) == 1 and ran[0][ran[0].index("--output_dir") + 1] == str(task_dir)
+    assert "eval_accuracy" in resumed["models"]["roberta-tiny"]["glue"]["sst2"]
 
 
 def test_compare_resumes_an_interrupted_pretraining_where_it_stopped(compare_inputs, tmp_path, monkeypatch):

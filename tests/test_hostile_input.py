@@ -266,3 +266,34 @@ def test_a_directory_trains_on_its_text_files_only(tmp_path, out, capsys):
     (docs / "README.md").write_text("# nothing else\n")
     status, err = run(pretrain_argv("bert-tiny", docs, out, "--max_steps", "1"), capsys)
     assert_one_error(status, err, "holds no text or JSON Lines files", "README.md")
+
+
+def test_no_command_writes_over_the_model_it_reads(tmp_path, capsys):
+    """`bertology glue --output_dir` or `bertology export OUT` naming the pretrained folder itself would replace its
+    weights (the generator of an ELECTRA checkpoint lost to an exported discriminator)."""
+    corpus = write_corpus(tmp_path / "corpus.txt", n_docs=20)
+    run_dir = tmp_path / "electra"
+    assert run(pretrain_argv("electra-tiny", corpus, run_dir, "--max_steps", "1"), capsys)[0] == 0
+    weights = (run_dir / "model.safetensors").read_bytes()
+    argv = ["--model_name_or_path", str(run_dir), "--task_name", "sst2", "--data_dir", str(tmp_path)]
+    status = cli.main(["glue", *argv, "--output_dir", str(run_dir / "." / "")])
+    assert_one_error(status, capsys.readouterr().err, "--output_dir is the model it reads")
+    status = cli.main(["export", str(run_dir), str(run_dir), "--part", "discriminator"])
+    assert_one_error(status, capsys.readouterr().err, "--output_dir is the model it reads")
+    assert (run_dir / "model.safetensors").read_bytes() == weights
+
+
+def test_a_misspelt_model_folder_is_one_line(tmp_path, out, capsys):
+    corpus = write_corpus(tmp_path / "corpus.txt", n_docs=5)
+    missing = str(tmp_path / "runs" / "bert-mni")
+    for recipe in (["--recipe", "bert-tiny"], []):
+        argv = pretrain_argv("bert-tiny", corpus, out, "--max_steps", "1", "--model_name_or_path", missing)
+        argv = argv[2:] + recipe  # without --recipe: the checkpoint would have said what to train
+        status, err = run(argv, capsys)
+        assert_one_error(status, err, missing, "no such folder")
+    for split in ("train", "dev"):
+        (tmp_path / f"{split}.tsv").write_text("sentence\tlabel\na fine film\t1\na dull one\t0\n")
+    argv = ["--model_name_or_path", missing, "--task_name", "sst2", "--data_dir", str(tmp_path)]
+    assert_one_error(
+        cli.main(["glue", *argv, "--output_dir", str(out)]), capsys.readouterr().err, missing, "no such folder"
+    )

@@ -179,3 +179,6 @@ def test_resume_from_an_incomplete_checkpoint_is_one_error(tmp_path, capsys):
     assert "incomplete" in capsys.readouterr().err
     assert cli.main(["pretrain", *argv, str(tmp_path / "nowhere")]) == 2
     assert "no such checkpoint" in capsys.readouterr().err
+    (tmp_path / "out" / "all_results.json").write_text("{}")  # a finished run's folder, given for a checkpoint
+    assert cli.main(["pretrain", *argv, str(tmp_path / "out")]) == 2
+    assert "a run's output folder, not a checkpoint; pass one of its checkpoint-N" in capsys.readouterr().err

@@ -28,7 +28,7 @@ from transformers import AutoTokenizer, DebertaV2ForMaskedLM, DebertaV2Model, El
 from .models import deberta_v3
 from .models.composed import COMPOSED_MODELS
 from .models.electra import BertologyElectraForPreTraining, discriminator_config, generator_config
-from .utils import BertologyError, logger, set_verbosity
+from .utils import BertologyError, logger, refuse_same_folder, set_verbosity
 
 ELECTRA_PARTS = {
     # part -> (vanilla class, config builder, prefix of its weights in the joint model)
@@ -201,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if sum(flag is not None for flag in (args.part, args.electra_part, args.deberta_v3_part)) != 1:
         parser.error("give exactly one of --part, --electra-part or --deberta_v3_part")
+    refuse_same_folder(args.checkpoint, args.output_dir, "bertology export")
     set_verbosity()
     if args.part is not None:
         export_part(args.checkpoint, args.output_dir, args.part)

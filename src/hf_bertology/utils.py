@@ -46,6 +46,14 @@ def accelerator_defaults() -> dict:
     return {} if torch.cuda.is_available() or torch.accelerator.is_available() else {"dataloader_pin_memory": False}
 
 
+def refuse_same_folder(source, output_dir, command: str) -> None:
+    """A command that writes a model into `output_dir` must not write over the model it reads (`source`)."""
+    from pathlib import Path
+
+    if source and Path(source).is_dir() and Path(source).resolve() == Path(output_dir).resolve():
+        raise BertologyError(f"{command}: --output_dir is the model it reads ({source}); give another folder")
+
+
 ARGUMENT_FILES = (".json", ".yaml", ".yml")
 
 

@@ -14,7 +14,7 @@ the first recipe, without pretraining), is then fine-tuned on the GLUE tasks wit
 Output in ``--output_dir``: ``report.md`` (recipe × task table, GLUE average, FLOPs, tokens, wall time, final
 pretraining losses), ``results.json``, ``loss_vs_flops.png`` and ``glue_vs_flops.png``; the pretrained models in
 ``pretrain/<recipe>/`` and the fine-tuning runs in ``glue/<model>/<task>/``. Finished work is detected from its
-results file (``pretrain/<recipe>/compare_pretrain.json``, ``glue/<model>/<task>/all_results.json``) and not run
+results file (``pretrain/<recipe>/compare_pretrain.json``, ``glue/<model>/<task>/compare_finetune.json``) and not run
 again, so an interrupted comparison resumes where it stopped. A recipe interrupted mid-budget resumes from its
 newest complete checkpoint (every ``--checkpoint_steps``), with the budget already spent carried in the checkpoint.
 """
@@ -281,7 +281,8 @@ def make_baseline(args: CompareArguments, arch: str) -> Path:
 # Fine-tuning
 # --------------------------------------------------------------------------------------------------------------------
 def finetune(args: CompareArguments, model_dir: Path, model_name: str, task: str) -> dict[str, float]:
-    """GLUE dev metrics of `model_dir` on `task` (`glue/<model>/<task>/all_results.json`, reused when present)."""
+    """GLUE dev metrics of `model_dir` on `task` (`glue/<model>/<task>/all_results.json`, reused when the run
+    finished: `compare_finetune.json` beside it)."""
     out = Path(args.output_dir) / "glue" / model_name / task
     results, settings = out / "all_results.json", out / FINETUNE_SETTINGS
     argv = [
@@ -302,11 +303,13 @@ def finetune(args: CompareArguments, model_dir: Path, model_name: str, task: str
         if getattr(args, f"glue_{flag}") is not None:
             argv += [f"--{flag}", str(getattr(args, f"glue_{flag}"))]
     argv += shlex.split(args.glue_args or "")
-    if results.is_file():
-        if settings.is_file() and json.loads(settings.read_text()) != argv:
-            raise BertologyError(
-                f"{out} was fine-tuned with other settings ({settings}); use another --output_dir or delete it"
-            )
+    if settings.is_file() and json.loads(settings.read_text()) != argv:
+        raise BertologyError(
+            f"{out} was fine-tuned with other settings ({settings}); use another --output_dir or delete it"
+        )
+    # Done only once the settings are written, after the run: the Trainer writes all_results.json with the training
+    # metrics before it evaluates, so a run stopped during evaluation leaves one without a dev score.
+    if results.is_file() and settings.is_file():
         logger.info("skipping %s on %s: found %s", model_name, task, results)
         return json.loads(results.read_text())
     glue.main(argv)

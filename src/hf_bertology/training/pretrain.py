@@ -56,7 +56,7 @@ from ..utils import (
 )
 from .attention import configure_attention
 from .callbacks import SaveOnInterrupt, callbacks_for
-from .trainer import is_complete_checkpoint, last_complete_checkpoint
+from .trainer import is_complete_checkpoint, last_complete_checkpoint, list_checkpoints
 
 
 @dataclass
@@ -338,11 +338,19 @@ def build_recipe(model_args: ModelArguments) -> Recipe:
         recipe = Recipe(source, variant.name, config, {}, config.vocab_size, length)
         recipe.backbone = backbone
         return recipe
+    elif source and not Path(source).exists():
+        raise BertologyError(f"{source}: no such folder (a model from the Hub needs --recipe to say what to train)")
     else:
         raise BertologyError("give --recipe NAME (or --model_name_or_path of a checkpoint written by hf_bertology)")
     if source:
         check_family(source, recipe)
-        recipe.config = recipe.config_class.from_pretrained(source, **overrides)
+        try:
+            recipe.config = recipe.config_class.from_pretrained(source, **overrides)
+        except OSError as err:  # not a folder, and not on the Hub (or offline)
+            raise BertologyError(
+                f"{source}: no such folder, and no model of that name could be loaded from the Hub "
+                f"({str(err).strip().splitlines()[0]})"
+            ) from None
     return recipe
 
 
@@ -388,6 +396,13 @@ def resolve_resume(value: str | None, output_dir: str) -> str | None:
         return str(checkpoint)
     if not Path(value).is_dir():
         raise BertologyError(f"--resume_from_checkpoint {value}: no such checkpoint folder")
+    if not is_complete_checkpoint(value) and not (Path(value) / "trainer_state.json").exists():
+        if (Path(value) / "all_results.json").exists() or list_checkpoints(value):
+            raise BertologyError(
+                f"--resume_from_checkpoint {value}: a run's output folder, not a checkpoint; pass one of its "
+                f"checkpoint-N folders, `last` with --output_dir {value}, or --model_name_or_path {value} to start a "
+                "new run from its weights"
+            )
     if not is_complete_checkpoint(value):
         raise BertologyError(
             f"--resume_from_checkpoint {value}: the checkpoint is incomplete (its run was stopped while saving); "

@@ -17,7 +17,7 @@ import numpy as np
 
 from ...hub import push_from_training_args
 from ...training.layerwise_lr import layerwise_lr_optimizer
-from ...utils import BertologyError, logger, set_verbosity
+from ...utils import BertologyError, logger, refuse_same_folder, set_verbosity
 from .arguments import DataTrainingArguments, ModelArguments, parse_args
 from .readers import infer_task_from_columns, load_glue_files, load_glue_folder, load_glue_hub
 from .results import glue_table
@@ -71,6 +71,8 @@ def _load_tokenizer(model_args: ModelArguments):
         )
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if not Path(name).exists():  # a misspelt folder, or a Hub id while offline
+            raise BertologyError(f"{name}: no such folder, and nothing of that name on the Hub ({first})") from None
         raise BertologyError(f"no tokenizer could be loaded from {name} ({first}); pass --tokenizer_name") from None
     if len(tokenizer) <= len(tokenizer.all_special_tokens):
         raise BertologyError(f"the tokenizer of {name} has no vocabulary beyond its special tokens")
@@ -85,6 +87,8 @@ def run_task(model_args: ModelArguments, data_args: DataTrainingArguments, train
     from transformers import AutoConfig, AutoModelForSequenceClassification, Trainer, set_seed
 
     task = get_task(data_args.task_name) if data_args.task_name else None
+    if training_args.do_train:
+        refuse_same_folder(model_args.model_name_or_path, training_args.output_dir, "bertology glue")
     set_seed(training_args.seed)
 
     # Data ----------------------------------------------------------------------------------------------------------
