@@ -297,3 +297,27 @@ def test_a_misspelt_model_folder_is_one_line(tmp_path, out, capsys):
     assert_one_error(
         cli.main(["glue", *argv, "--output_dir", str(out)]), capsys.readouterr().err, missing, "no such folder"
     )
+
+
+@pytest.mark.parametrize(
+    "recipe, flags, needles",
+    [
+        ("bert-tiny", ["--per_device_train_batch_size", "0"], ["--per_device_train_batch_size must be at least 1"]),
+        ("bert-tiny", ["--max_train_samples", "0"], ["--max_train_samples must be at least 1"]),
+        ("bert-tiny", ["--vocab_size", "0"], ["--vocab_size must be at least 1"]),  # not "the recipe's default"
+        ("electra-tiny", ["--max_seq_length", "3"], ["--max_seq_length must be at least 8"]),
+        ("bert-tiny", ["--do_eval", "--validation_split_percentage", "100"], ["--validation_split_percentage"]),
+        ("deberta-v3-tiny", ["--vocab_size", "20"], ["could not train a 20-token tokenizer", "not large enough"]),
+    ],
+)
+def test_bad_sizes_are_one_line(tmp_path, out, capsys, recipe, flags, needles):
+    corpus = write_corpus(tmp_path / "corpus.txt", n_docs=5)
+    status, err = run(pretrain_argv(recipe, corpus, out, "--max_steps", "1", *flags), capsys)
+    assert_one_error(status, err, *needles)
+
+
+def test_do_eval_on_a_one_example_corpus_is_one_line(tmp_path, out, capsys):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("One short sentence here. And another one.\n")
+    status, err = run(pretrain_argv("roberta-tiny", corpus, out, "--max_steps", "1", "--do_eval"), capsys)
+    assert_one_error(status, err, "--do_eval holds out examples", "--validation_file")

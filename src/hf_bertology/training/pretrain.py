@@ -411,6 +411,31 @@ def resolve_resume(value: str | None, output_dir: str) -> str | None:
     return value
 
 
+MIN_SEQ_LENGTH = 8  # shorter, and every recipe's prediction cap or segment pair runs out of room
+
+
+def check_sizes(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> None:
+    """Sizes and counts as one line each, before any work: torch, datasets and the configs would refuse them deep
+    inside with a traceback (a batch of 0), or read 0 as "the default" (`--vocab_size 0`)."""
+    counts = {
+        "--per_device_train_batch_size": training_args.per_device_train_batch_size,
+        "--per_device_eval_batch_size": training_args.per_device_eval_batch_size,
+        "--max_train_samples": data_args.max_train_samples,
+        "--max_eval_samples": data_args.max_eval_samples,
+        "--vocab_size": model_args.vocab_size,
+    }
+    for flag, value in counts.items():
+        if value is not None and value < 1:
+            raise BertologyError(f"{flag} must be at least 1, got {value}")
+    if data_args.max_seq_length is not None and data_args.max_seq_length < MIN_SEQ_LENGTH:
+        raise BertologyError(f"--max_seq_length must be at least {MIN_SEQ_LENGTH}, got {data_args.max_seq_length}")
+    holding_out = training_args.do_eval and not data_args.validation_file
+    if holding_out and not 0 < data_args.validation_split_percentage < 100:
+        raise BertologyError(
+            f"--validation_split_percentage must be between 0 and 100 (exclusive), got {data_args.validation_split_percentage}"
+        )
+
+
 def describe_corpus(data_args: DataArguments) -> str:
     if data_args.train_file:
         return ", ".join(f"`{Path(f).name}`" for f in data_args.train_file)
@@ -480,7 +505,11 @@ def build_tokenizer(
     shared = Path(training_args.output_dir) / "tokenizer-trained"
     with training_args.main_process_first(desc="training the tokenizer"):
         if training_args.process_index == 0:
-            tokenizer = recipe.train_tokenizer(texts, model_args.vocab_size)
+            try:
+                tokenizer = recipe.train_tokenizer(texts, model_args.vocab_size)
+            except Exception as err:  # `tokenizers` raises a bare Exception ("vocabulary is not large enough")
+                size = model_args.vocab_size or recipe.vocab_size
+                raise BertologyError(f"could not train a {size}-token tokenizer on the corpus: {err}") from None
             if training_args.world_size > 1:
                 tokenizer.save_pretrained(shared)
         else:
@@ -562,6 +591,10 @@ def build_datasets(
         if len(train_dataset) == 0:
             raise BertologyError("the corpus produced no training examples (is it empty?)")
         if training_args.do_eval and eval_dataset is None:
+            if len(train_dataset) < 2:
+                raise BertologyError(
+                    "--do_eval holds out examples, and the corpus made only one: pass --validation_file"
+                )
             held_out = max(1, len(train_dataset) * data_args.validation_split_percentage // 100)
             split = train_dataset.train_test_split(test_size=held_out, seed=training_args.seed)
             train_dataset, eval_dataset = split["train"], split["test"]
@@ -676,6 +709,7 @@ def run_pretraining(
 
     recipe = build_recipe(model_args)
     training_args = training_arguments(training_args, recipe, explicit, data_args.streaming)
+    check_sizes(model_args, data_args, training_args)
     resume_from = resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
     set_seed(training_args.seed)
     corpus, eval_corpus = load_corpora(data_args, training_args)
