@@ -321,3 +321,17 @@ def test_do_eval_on_a_one_example_corpus_is_one_line(tmp_path, out, capsys):
     corpus.write_text("One short sentence here. And another one.\n")
     status, err = run(pretrain_argv("roberta-tiny", corpus, out, "--max_steps", "1", "--do_eval"), capsys)
     assert_one_error(status, err, "--do_eval holds out examples", "--validation_file")
+
+
+def test_continuing_a_checkpoint_with_another_objective_is_refused(tmp_path, out, capsys):
+    """A SpanBERT checkpoint is a `bert` model too, but its config carries SpanBERT's fields and `auto_map`: read into
+    BERT's config it wrote a folder naming modeling code it did not hold. Its own recipe continues it."""
+    corpus = write_corpus(tmp_path / "corpus.txt", n_docs=20)
+    spanbert = tmp_path / "spanbert"
+    assert run(pretrain_argv("spanbert-tiny", corpus, spanbert, "--max_steps", "1"), capsys)[0] == 0
+    argv = pretrain_argv("bert-tiny", corpus, out, "--max_steps", "1", "--model_name_or_path", str(spanbert))
+    status, err = run(argv, capsys)
+    assert_one_error(status, err, "pretrained by the spanbert objective", "--recipe bert-tiny trains another")
+    again = tmp_path / "again"
+    argv = pretrain_argv("spanbert-tiny", corpus, again, "--max_steps", "1", "--model_name_or_path", str(spanbert))
+    assert run(argv[2:], capsys)[0] == 0  # without --recipe: its own objective

@@ -320,6 +320,15 @@ def check_family(source: str, recipe: Recipe) -> None:
             f"{source} is a {model_type!r} model but --recipe {recipe.name} trains {recipe.config.model_type!r}; "
             "pass a checkpoint of the same family"
         )
+    variant = checkpoint_variant(source) if Path(source).is_dir() else None
+    if variant is not None and (variant.name, checkpoint_backbone(source)) != (recipe.variant, recipe.backbone):
+        # its config carries its own objective's fields and auto_map: read into this recipe's config class, they
+        # would make a folder that names modeling code it does not hold
+        written = variant.name + (f"@{checkpoint_backbone(source)}" if checkpoint_backbone(source) else "")
+        raise BertologyError(
+            f"{source} was pretrained by the {written} objective and --recipe {recipe.name} trains another: "
+            "continue it with its own (leave out --recipe)"
+        )
 
 
 def build_recipe(model_args: ModelArguments) -> Recipe:
