@@ -468,7 +468,9 @@ def print_layouts(rows: list[dict]) -> None:
 
 
 def print_vs_plain(rows: list[dict]) -> None:
-    print(f"\nours vs plain transformers through a Trainer on {rows[0]['device']} (bf16, SDPA, fused AdamW, TF32)")
+    cuda = rows[0]["device"] != "cpu"
+    settings = "bf16, SDPA, fused AdamW, TF32" if cuda else "fp32, SDPA, fused AdamW"  # bf16 and TF32: CUDA only
+    print(f"\nours vs plain transformers through a Trainer on {rows[0]['device']} ({settings})")
     print("| recipe | run | batch | padding-free | real tokens/s | ×plain | TFLOP/s | MFU | peak MiB |")
     print("|---|---|---|---|---:|---:|---:|---:|---:|")
     plain = {row["recipe"]: row["tokens_per_s"] for row in rows if row["which"] == "plain"}

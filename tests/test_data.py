@@ -44,6 +44,24 @@ def test_wikiextractor_and_jsonl(tmp_path):
     assert list(read_documents(jsonl)) == ["One.", "Two."]
 
 
+def test_truncated_and_odd_records(tmp_path):
+    """A WikiExtractor file cut off inside its last article keeps that article; a JSON Lines record whose text is
+    null has none (not the string "None"); a number for text or a JSON array is one line naming the place."""
+    wiki = tmp_path / "wiki_01"
+    wiki.write_text('<doc id="1" title="Cat">\nCat\n\nCats purr.\n</doc>\n<doc id="2" title="Dog">\nDog\n\nDogs ba')
+    assert list(read_documents(wiki)) == ["Cats purr.", "Dogs ba"]
+    jsonl = tmp_path / "c.jsonl"
+    jsonl.write_text(json.dumps({"text": None}) + "\n" + json.dumps({"text": "Two."}) + "\n")
+    assert list(read_documents(jsonl)) == ["Two."]
+    jsonl.write_text(json.dumps({"text": "One."}) + "\n" + json.dumps({"text": 7}) + "\n")
+    with pytest.raises(BertologyError, match=r"c.jsonl:2: 'text' is a int, not a string"):
+        list(read_documents(jsonl))
+    array = tmp_path / "a.json"
+    array.write_text(json.dumps([{"text": "One."}]))
+    with pytest.raises(BertologyError, match=r"a.json:1: a JSON list, not an object"):
+        list(read_documents(array))
+
+
 def test_globs_and_directories(tmp_path):
     (tmp_path / "d" / "sub").mkdir(parents=True)
     (tmp_path / "d" / "a.txt").write_text("Alpha.\n")

@@ -203,3 +203,15 @@ def test_model_card_of_a_run_shorter_than_its_logging_steps(tmp_path, corpus_fil
     (row,) = [line for line in card.splitlines() if line.startswith("| final losses |")]
     assert "train_loss (mean) " in row and "–" not in row
     assert "](https://github.com/)" not in card
+
+
+def test_do_eval_adds_evaluation_to_training(tmp_path, corpus_file):
+    """The README's command with `--do_eval` added trains, then reports the `eval_*` losses (it used to evaluate the
+    untrained model and write it as the run's folder); `--do_train false --do_eval` evaluates only."""
+    argv = ["--recipe", "bert-tiny", "--train_file", str(corpus_file), "--vocab_size", "300", *FAST, "--do_eval"]
+    metrics = main([*argv, "--output_dir", str(tmp_path / "both")])
+    assert metrics["tokens_seen"] > 0 and metrics["train_loss"] > 0
+    assert metrics["eval_mlm_loss"] > 0 and metrics["eval_nsp_loss"] > 0 and metrics["perplexity"] > 1
+    assert "| steps | 3 |" in (tmp_path / "both" / "README.md").read_text()
+    only = main([*argv, "--output_dir", str(tmp_path / "only"), "--do_train", "false"])
+    assert "train_loss" not in only and only["tokens_seen"] == 0 and only["eval_mlm_loss"] > 0

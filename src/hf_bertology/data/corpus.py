@@ -137,9 +137,16 @@ def read_documents(
                 record = json.loads(line)
             except json.JSONDecodeError as err:
                 raise BertologyError(f"{path}:{number}: invalid JSON ({err.msg})") from None
-            if not isinstance(record, dict) or text_field not in record:
+            if not isinstance(record, dict):
+                raise BertologyError(f"{path}:{number}: a JSON {type(record).__name__}, not an object (JSON Lines)")
+            if text_field not in record:
                 raise BertologyError(f"{path}:{number}: no {text_field!r} field (set --text_column)")
-            yield str(record[text_field])
+            text = record[text_field]
+            if text is None:  # a record without text: nothing to train on (not the string "None")
+                continue
+            if not isinstance(text, str):
+                raise BertologyError(f"{path}:{number}: {text_field!r} is a {type(text).__name__}, not a string")
+            yield text
         return
     if kind == "wikiextractor":
         body: list[str] | None = None
@@ -152,6 +159,9 @@ def read_documents(
                 body = None
             elif body is not None and line.strip():
                 body.append(line.strip())
+        if body:  # a file cut off inside its last article (no `</doc>`): keep what is there
+            logger.warning("%s: the last <doc> has no </doc> (a truncated file?); its text is kept", path)
+            yield "\n".join(body[1:] if skip_title else body)
         return
     if doc_separator == "line":
         for line in lines:

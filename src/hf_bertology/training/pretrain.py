@@ -146,6 +146,7 @@ PRETRAIN_DEFAULTS = {
     "logging_nan_inf_filter": False,
     "logging_steps": 50,
     "save_total_limit": 2,
+    "do_train": True,  # `--do_eval` adds evaluation to training (`--do_train false --do_eval` only evaluates)
 }
 
 
@@ -639,7 +640,7 @@ def build_trainer(
 
 
 def train_and_evaluate(trainer, resume_from: str | None = None) -> dict:
-    """Train (unless only `--do_eval`), then evaluate with `--do_eval` (perplexity from the MLM loss); the metrics.
+    """Train (unless `--do_train false`), then evaluate with `--do_eval` (perplexity from the MLM loss); the metrics.
 
     Training stopped by Ctrl-C or SIGTERM (`SaveOnInterrupt`) has saved a checkpoint; it raises KeyboardInterrupt
     then, before any evaluation or output folder, so that a stopped run is never taken for a finished one."""
