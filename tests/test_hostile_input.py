@@ -335,3 +335,18 @@ def test_continuing_a_checkpoint_with_another_objective_is_refused(tmp_path, out
     again = tmp_path / "again"
     argv = pretrain_argv("spanbert-tiny", corpus, again, "--max_steps", "1", "--model_name_or_path", str(spanbert))
     assert run(argv[2:], capsys)[0] == 0  # without --recipe: its own objective
+
+
+def test_a_new_run_in_a_finished_runs_folder_is_refused(tmp_path, capsys):
+    """Started again without resuming, a run used to write its checkpoint-1 beside the old run's checkpoint-3, and
+    `--resume_from_checkpoint last` then resumed the old run. Refused, as run_mlm.py refuses; `--overwrite_output_dir`
+    starts over without the old checkpoints; resuming the folder is still the way to go on."""
+    corpus = write_corpus(tmp_path / "corpus.txt", n_docs=20)
+    run_dir = tmp_path / "run"
+    argv = pretrain_argv("bert-tiny", corpus, run_dir, "--save_steps", "3")
+    assert run([*argv, "--max_steps", "3"], capsys)[0] == 0
+    status, err = run([*argv, "--max_steps", "1"], capsys)
+    assert_one_error(status, err, "already holds a run (checkpoint-3", "--overwrite_output_dir")
+    assert run([*argv, "--max_steps", "4", "--resume_from_checkpoint", "last"], capsys)[0] == 0
+    assert run([*argv, "--max_steps", "1", "--overwrite_output_dir"], capsys)[0] == 0
+    assert sorted(p.name for p in run_dir.glob("checkpoint-*")) == ["checkpoint-1"]

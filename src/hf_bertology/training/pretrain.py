@@ -126,6 +126,13 @@ class DataArguments:
         default=False, metadata={"help": "Stream the corpus (larger than memory); needs --max_steps."}
     )
     overwrite_cache: bool = field(default=False, metadata={"help": "Recompute the cached datasets."})
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Start a new run in an --output_dir that holds one (its checkpoints are removed first; "
+            "run_mlm.py's flag). Without it such a folder is refused, unless resuming it."
+        },
+    )
     padding_free: bool | None = field(
         default=None,
         metadata={
@@ -446,6 +453,27 @@ def check_sizes(model_args: ModelArguments, data_args: DataArguments, training_a
         )
 
 
+def check_output_dir(data_args: DataArguments, training_args: TrainingArguments, resume_from: str | None) -> None:
+    """A new run (not resuming) in a folder that holds a run is refused, as run_mlm.py does: its checkpoints would
+    sit beside the new ones, and `--resume_from_checkpoint last` could later pick the old run's. With
+    `--overwrite_output_dir` the old checkpoints are removed (the final files are written over)."""
+    output_dir = Path(training_args.output_dir)
+    old = [p.name for p in list_checkpoints(output_dir)]
+    old += [name for name in ("model.safetensors", "all_results.json") if (output_dir / name).exists()]
+    if resume_from is not None or not old:
+        return
+    if not data_args.overwrite_output_dir:
+        raise BertologyError(
+            f"{output_dir} already holds a run ({', '.join(old[:3])}): resume it with --resume_from_checkpoint last, "
+            "or pass --overwrite_output_dir to start over"
+        )
+    with training_args.main_process_first(desc="clearing the old run"):
+        if training_args.process_index == 0:
+            for checkpoint in list_checkpoints(output_dir):
+                shutil.rmtree(checkpoint)
+            logger.warning("--overwrite_output_dir: removed the old run's checkpoints in %s", output_dir)
+
+
 def describe_corpus(data_args: DataArguments) -> str:
     if data_args.train_file:
         return ", ".join(f"`{Path(f).name}`" for f in data_args.train_file)
@@ -721,6 +749,7 @@ def run_pretraining(
     training_args = training_arguments(training_args, recipe, explicit, data_args.streaming)
     check_sizes(model_args, data_args, training_args)
     resume_from = resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
+    check_output_dir(data_args, training_args, resume_from)
     set_seed(training_args.seed)
     corpus, eval_corpus = load_corpora(data_args, training_args)
     tokenizer = build_tokenizer(model_args, recipe, corpus, training_args, resume_from)
