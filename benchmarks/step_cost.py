@@ -30,13 +30,14 @@ transformers (`BertForPreTraining` / `RobertaForMaskedLM` + `DataCollatorForLang
 counted FLOPs) are compared in the same run. Ours runs with `bertology pretrain`'s own defaults (no NaN filter,
 non-blocking batch copies on a GPU).
 
-**Where the time goes** (`--profile N`, either mode): N more steps after the timed ones, under `torch.profiler`
-(so the timing is not disturbed; one more step before them warms the profiler up): the share of the wall time the GPU is busy (the union of its kernels' intervals;
-well under 100% means the device waits for the host: Python, launches, data, syncs) and the device time by kind
-(matmuls, attention, optimizer, copies, the rest: elementwise, norms, reductions), with the costliest kernels. Set
-the step loop against the Trainer run of the same recipe: what the Trainer adds shows as idle device time or as
-kernels the loop does not run. On a CPU the same table splits the CPU time of the aten ops (busy: n/a). The
-profiler's own overhead (a few µs an op) makes a host-bound step look a little more idle than it is.
+**Where the time goes** (`--profile N`, either mode): N more steps after the timed ones, under `torch.profiler` (so
+the timing is not disturbed; one more step before them warms the profiler up): the share of the wall time the GPU is
+busy (the union of its kernels' intervals; well under 100% means the device waits for the host: Python, launches,
+data, syncs) and the device time by kind (matmuls, attention, optimizer, copies, the rest: elementwise, norms,
+reductions), with the costliest kernels. Set the step loop against the Trainer run of the same recipe: what the
+Trainer adds shows as idle device time or as kernels the loop does not run. On a CPU the same table splits the CPU
+time of the aten ops (busy: n/a). The profiler's own overhead (a few µs an op) makes a host-bound step look a little
+more idle than it is.
 
 **Host syncs** (`--vs_plain --count_syncs`, any machine): the same two Trainer runs under
 `hf_bertology.testing.HostSyncs`, untimed: the operations per optimizer step that make the host wait for the device

@@ -347,6 +347,11 @@ def test_a_new_run_in_a_finished_runs_folder_is_refused(tmp_path, capsys):
     assert run([*argv, "--max_steps", "3"], capsys)[0] == 0
     status, err = run([*argv, "--max_steps", "1"], capsys)
     assert_one_error(status, err, "already holds a run (checkpoint-3", "--overwrite_output_dir")
-    assert run([*argv, "--max_steps", "4", "--resume_from_checkpoint", "last"], capsys)[0] == 0
+    resume = ["--max_steps", "4", "--resume_from_checkpoint", "last"]
+    status, err = run([*argv, *resume, "--config_overrides", "num_hidden_layers=1"], capsys)
+    assert_one_error(status, err, "holds another model (num_hidden_layers=2", "has 1")
+    other = pretrain_argv("roberta-tiny", corpus, run_dir, "--save_steps", "3")
+    assert_one_error(*run([*other, *resume], capsys), "is a 'bert' model but --recipe roberta-tiny")
+    assert run([*argv, *resume], capsys)[0] == 0
     assert run([*argv, "--max_steps", "1", "--overwrite_output_dir"], capsys)[0] == 0
     assert sorted(p.name for p in run_dir.glob("checkpoint-*")) == ["checkpoint-1"]

@@ -74,10 +74,14 @@ class SaveOnInterrupt(TrainerCallback):
             control.should_save = True
             control.should_training_stop = True
 
-    def on_train_end(self, args, state, control, **kwargs):
+    def restore(self) -> None:
+        """Put the previous handlers back (at the end of training, and after a training that raised)."""
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous = {}
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.restore()
 
 
 def callbacks_for(model) -> list[TrainerCallback]:

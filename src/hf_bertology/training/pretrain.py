@@ -36,6 +36,7 @@ from ..data import build_pretraining_dataset, load_corpus, tokenize_corpus
 from ..hub import push_from_training_args, save_folder, write_model_card
 from ..recipes import (
     BACKBONES,
+    SIZE_FIELDS,
     VARIANTS,
     Recipe,
     backbone_of_model_class,
@@ -428,6 +429,20 @@ def resolve_resume(value: str | None, output_dir: str) -> str | None:
     return value
 
 
+def check_resume(checkpoint: str, recipe: Recipe) -> None:
+    """The checkpoint to resume holds this recipe's model: another family, objective or size would fail deep in
+    `load_state_dict` or the optimizer's state (`parameter group that doesn't match`)."""
+    check_family(checkpoint, recipe)
+    saved = json.loads((Path(checkpoint) / "config.json").read_text())
+    for key in SIZE_FIELDS:
+        if key in saved and saved[key] != getattr(recipe.config, key, None):
+            raise BertologyError(
+                f"{checkpoint} holds another model ({key}={saved[key]}, --recipe {recipe.name} has "
+                f"{getattr(recipe.config, key, None)}): resume it with the recipe and --config_overrides it was "
+                "started with"
+            )
+
+
 MIN_SEQ_LENGTH = 8  # shorter, and every recipe's prediction cap or segment pair runs out of room
 
 
@@ -448,9 +463,8 @@ def check_sizes(model_args: ModelArguments, data_args: DataArguments, training_a
         raise BertologyError(f"--max_seq_length must be at least {MIN_SEQ_LENGTH}, got {data_args.max_seq_length}")
     holding_out = training_args.do_eval and not data_args.validation_file
     if holding_out and not 0 < data_args.validation_split_percentage < 100:
-        raise BertologyError(
-            f"--validation_split_percentage must be between 0 and 100 (exclusive), got {data_args.validation_split_percentage}"
-        )
+        percentage = data_args.validation_split_percentage
+        raise BertologyError(f"--validation_split_percentage must be between 0 and 100 (exclusive), got {percentage}")
 
 
 def check_output_dir(data_args: DataArguments, training_args: TrainingArguments, resume_from: str | None) -> None:
@@ -675,8 +689,12 @@ def train_and_evaluate(trainer, resume_from: str | None = None) -> dict:
     args = trainer.args
     metrics: dict = {}
     if args.do_train or not args.do_eval:
-        result = trainer.train(resume_from_checkpoint=resume_from)
         stop = next((c for c in trainer.callback_handler.callbacks if isinstance(c, SaveOnInterrupt)), None)
+        try:
+            result = trainer.train(resume_from_checkpoint=resume_from)
+        finally:
+            if stop is not None:  # a training that raised never reached on_train_end
+                stop.restore()
         if stop is not None and stop.interrupted is not None:
             logger.warning(
                 "%s: stopped after step %d with a checkpoint in %s; go on with --resume_from_checkpoint last",
@@ -750,6 +768,8 @@ def run_pretraining(
     check_sizes(model_args, data_args, training_args)
     resume_from = resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
     check_output_dir(data_args, training_args, resume_from)
+    if resume_from is not None:
+        check_resume(resume_from, recipe)
     set_seed(training_args.seed)
     corpus, eval_corpus = load_corpora(data_args, training_args)
     tokenizer = build_tokenizer(model_args, recipe, corpus, training_args, resume_from)

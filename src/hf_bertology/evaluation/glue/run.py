@@ -1,4 +1,5 @@
-"""The fine-tuning run: one task (:func:`run_task`, run_glue.py's ``main``) or several with the GLUE table (:func:`main`).
+"""The fine-tuning run: one task (:func:`run_task`, run_glue.py's ``main``) or several with the GLUE table
+(:func:`main`).
 
 Follows transformers' ``examples/pytorch/text-classification/run_glue.py``: data, model and tokenizer, tokenization,
 metric, Trainer, training, evaluation, prediction, ``all_results.json``. Metrics come from the local ``evaluate``
