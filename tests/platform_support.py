@@ -66,3 +66,11 @@ def pretrain_argv(recipe: str, train_file: Path, output_dir: Path, *extra: str) 
 
 
 PYTHON = sys.executable
+
+
+def no_dropout(recipe: str) -> dict:
+    """Config overrides that turn off every dropout of `recipe`'s config: the names differ by family (BERT's
+    `hidden_dropout_prob`, XLNet's `dropout`, ModernBERT's `mlp_dropout`, ...), and a name the config lacks is
+    refused."""
+    config = hb.get_recipe(recipe).config
+    return {key: 0.0 for key, value in config.to_dict().items() if "dropout" in key and isinstance(value, float)}

@@ -20,11 +20,8 @@ from hf_bertology.training import pretrain
 from hf_bertology.training.attention import PACKED_ATTENTION, set_attention, use_padding_free
 from hf_bertology.training.trainer import BertologyTrainer
 from hf_bertology.utils import BertologyError
-from platform_support import pretrain_argv, subprocess_env, write_corpus
+from platform_support import no_dropout, pretrain_argv, subprocess_env, write_corpus
 
-NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
-# ModernBERT names its dropouts its own way (all 0.0 by default: the key check refuses BERT's names there)
-NO_DROPOUT_OF = {"modernbert": {"attention_dropout": 0.0, "embedding_dropout": 0.0, "mlp_dropout": 0.0}}
 # (objective, backbone) -> the start of the one line that refuses it
 REFUSED = {
     **{("xlnet", backbone): "xlnet-tiny: the xlnet objective runs only on its own encoder" for backbone in BACKBONES},
@@ -146,7 +143,7 @@ def setup(cell, corpus, tokenizers):
     """(recipe, collator, 6 examples) of a cell, built once."""
     if cell not in _SETUPS:
         objective, backbone = cell
-        recipe = get_recipe(f"{objective}-tiny", backbone=backbone, **NO_DROPOUT_OF.get(backbone, NO_DROPOUT))
+        recipe = get_recipe(f"{objective}-tiny", backbone=backbone, **no_dropout(f"{objective}-tiny@{backbone}"))
         tokenizer = tokenizers[objective]
         recipe.adapt_to_tokenizer(tokenizer)
         recipe.fit_to_length(48)

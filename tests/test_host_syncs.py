@@ -19,6 +19,7 @@ from hf_bertology.testing import HostSyncs
 from hf_bertology.training import pretrain
 from hf_bertology.training.attention import PACKED_ATTENTION, set_attention
 from hf_bertology.training.trainer import BertologyTrainer
+from platform_support import no_dropout
 
 # Operations that run in the DataLoader run on host tensors on a GPU machine too: not syncs.
 HOST_SIDE = ("hf_bertology/collators/", "torch/utils/data/", "accelerate/data_loader.py")
@@ -114,7 +115,7 @@ def batches(corpus_file):
     out = {}
     corpus = load_corpus(train_files=[str(corpus_file)])
     for variant in VARIANTS:
-        recipe = get_recipe(f"{variant}-tiny", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        recipe = get_recipe(f"{variant}-tiny", **no_dropout(f"{variant}-tiny"))
         tokenizer = recipe.train_tokenizer(corpus["text"], 300)
         recipe.adapt_to_tokenizer(tokenizer)
         examples = build_pretraining_dataset(tokenize_corpus(corpus, tokenizer), tokenizer, recipe.config, 48, 0)
