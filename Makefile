@@ -44,7 +44,7 @@ pretrain: $(STAMP)
 	$(PY) -m hf_bertology pretrain --recipe $(RECIPE) --output_dir $(OUTPUT_DIR) --max_steps $(MAX_STEPS) \
 		--per_device_train_batch_size $(BATCH_SIZE) \
 		$(if $(TRAIN_FILE),--train_file $(TRAIN_FILE),--dataset_name wikitext --dataset_config_name wikitext-2-raw-v1) \
-		--logging_steps 50 --save_steps 500 --save_total_limit 2
+		--logging_steps 50 --save_steps 500 --save_total_limit 2 --resume_from_checkpoint last
 
 glue: $(STAMP)
 	$(PY) -m hf_bertology glue --model_name_or_path $(MODEL) --task_name $(TASK) --data_dir $(DATA_DIR) \

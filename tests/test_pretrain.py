@@ -215,3 +215,23 @@ def test_do_eval_adds_evaluation_to_training(tmp_path, corpus_file):
     assert "| steps | 3 |" in (tmp_path / "both" / "README.md").read_text()
     only = main([*argv, "--output_dir", str(tmp_path / "only"), "--do_train", "false"])
     assert "train_loss" not in only and only["tokens_seen"] == 0 and only["eval_mlm_loss"] > 0
+
+
+def test_readme_make_pretrain_line(tmp_path, shared_data):
+    """The README's first command, `make pretrain RECIPE=roberta-mini TRAIN_FILE=../shared/...`, as written, with
+    only the step count, batch and folder made small (`MAX_STEPS=2 BATCH_SIZE=4 OUTPUT_DIR=...`): it writes the
+    folder, and the same line run again goes on (`--resume_from_checkpoint last`) instead of being refused."""
+    import shlex
+
+    repo = Path(__file__).resolve().parents[1]
+    lines = [line for line in (repo / "README.md").read_text().splitlines() if line.startswith("make pretrain ")]
+    assert len(lines) == 1, lines
+    out = tmp_path / "run"
+    # `-o .venv/.installed`, PY: this interpreter, without re-checking the install (it is the one running the tests)
+    command = ["make", "-s", "-C", str(repo), "-o", ".venv/.installed", f"PY={sys.executable}"]
+    command += [*shlex.split(lines[0])[1:], "MAX_STEPS=2", "BATCH_SIZE=4", f"OUTPUT_DIR={out}"]
+    for _ in range(2):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert (out / "model.safetensors").is_file() and "roberta-mini" in (out / "README.md").read_text()
+    assert json.loads((out / "config.json").read_text())["model_type"] == "roberta"

@@ -400,12 +400,15 @@ def trainer_class(name: str) -> type:
     return getattr(importlib.import_module(f"{__package__}.{module}"), attribute)
 
 
+RESUME_LAST = ("true", "last", "latest", "yes")
+
+
 def resolve_resume(value: str | None, output_dir: str) -> str | None:
     """`--resume_from_checkpoint`: a checkpoint folder, or `true`/`last` for the newest *complete* checkpoint in
     output_dir (none yet: start from scratch, so one command line both starts and resumes a preemptible job)."""
     if value is None or str(value).lower() in ("", "false", "none", "no"):
         return None
-    if str(value).lower() in ("true", "last", "latest", "yes"):
+    if str(value).lower() in RESUME_LAST:
         checkpoint = last_complete_checkpoint(output_dir)
         if checkpoint is None:
             logger.warning("no complete checkpoint in %s yet: training from scratch", output_dir)
@@ -474,7 +477,9 @@ def check_output_dir(data_args: DataArguments, training_args: TrainingArguments,
     output_dir = Path(training_args.output_dir)
     old = [p.name for p in list_checkpoints(output_dir)]
     old += [name for name in ("model.safetensors", "all_results.json") if (output_dir / name).exists()]
-    if resume_from is not None or not old:
+    # `--resume_from_checkpoint last` with no complete checkpoint starts over by design (one command line starts and
+    # restarts a job); the checkpoints it could mix with are incomplete ones, which `last` never picks
+    if resume_from is not None or str(training_args.resume_from_checkpoint).lower() in RESUME_LAST or not old:
         return
     if not data_args.overwrite_output_dir:
         raise BertologyError(
