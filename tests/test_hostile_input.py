@@ -4,6 +4,7 @@ covered next to the GLUE reader, tests/test_glue.py.)"""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -335,6 +336,12 @@ def test_continuing_a_checkpoint_with_another_objective_is_refused(tmp_path, out
     again = tmp_path / "again"
     argv = pretrain_argv("spanbert-tiny", corpus, again, "--max_steps", "1", "--model_name_or_path", str(spanbert))
     assert run(argv[2:], capsys)[0] == 0  # without --recipe: its own objective
+    status, err = run([*argv[2:], "--config_overrides", "mlm_probabilty=0.2"], capsys)  # overrides on its config
+    assert_one_error(status, err, "'mlm_probabilty' is not a field", "did you mean 'mlm_probability'")
+    argv = pretrain_argv("spanbert-tiny", corpus, tmp_path / "third", "--max_steps", "1")
+    argv += ["--model_name_or_path", str(spanbert), "--config_overrides", "mlm_probability=0.2"]
+    assert run(argv[2:], capsys)[0] == 0
+    assert json.loads((tmp_path / "third" / "config.json").read_text())["mlm_probability"] == 0.2
 
 
 def test_a_new_run_in_a_finished_runs_folder_is_refused(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""Small shared helpers: the library's error type and its logger.
+"""Small shared helpers: the library's error type, its logger and the commands' argument parsing.
 
 Every user-facing failure (bad file, bad flag, bad checkpoint) raises :class:`BertologyError` with one line that
 names the culprit; the command line prints that line and exits with status 2 instead of a traceback.
@@ -6,8 +6,10 @@ names the culprit; the command line prints that line and exits with status 2 ins
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
+from pathlib import Path
 
 logger = logging.getLogger("hf_bertology")
 
@@ -48,8 +50,6 @@ def accelerator_defaults() -> dict:
 
 def refuse_same_folder(source, output_dir, command: str) -> None:
     """A command that writes a model into `output_dir` must not write over the model it reads (`source`)."""
-    from pathlib import Path
-
     if source and Path(source).is_dir() and Path(source).resolve() == Path(output_dir).resolve():
         raise BertologyError(f"{command}: --output_dir is the model it reads ({source}); give another folder")
 
@@ -64,9 +64,6 @@ def argument_file(argv: list[str]) -> str | None:
 
 def read_argument_file(path: str) -> dict:
     """The keys and values of a JSON or YAML argument file; a missing or unreadable one is one BertologyError."""
-    import json
-    from pathlib import Path
-
     import yaml
 
     if not Path(path).is_file():

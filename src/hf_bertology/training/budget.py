@@ -26,8 +26,8 @@ N = L·(4H² + 2HF) the encoder's weight matrices, plus 6·(H² + H·V) per mask
 training started) after every optimizer step, evaluations left out of both, sets ``control.should_training_stop``
 once the budget is spent, and (optionally) makes the learning-rate schedule a function of the budget spent — linear
 warmup over the first ``warmup_fraction`` then linear decay to 0 at the budget — so every recipe gets a complete
-schedule whatever its step time. It also records the training curve (loss vs FLOPs, tokens, seconds) and shows a progress bar in budget
-units.
+schedule whatever its step time. It also records the training curve (loss vs FLOPs, tokens, seconds) and shows a
+progress bar in budget units.
 """
 
 from __future__ import annotations

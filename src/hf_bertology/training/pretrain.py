@@ -330,10 +330,11 @@ def check_family(source: str, recipe: Recipe) -> None:
             "pass a checkpoint of the same family"
         )
     variant = checkpoint_variant(source) if Path(source).is_dir() else None
-    if variant is not None and (variant.name, checkpoint_backbone(source)) != (recipe.variant, recipe.backbone):
+    backbone = checkpoint_backbone(source) if variant is not None else None
+    if variant is not None and (variant.name, backbone) != (recipe.variant, recipe.backbone):
         # its config carries its own objective's fields and auto_map: read into this recipe's config class, they
         # would make a folder that names modeling code it does not hold
-        written = variant.name + (f"@{checkpoint_backbone(source)}" if checkpoint_backbone(source) else "")
+        written = variant.name + (f"@{backbone}" if backbone else "")
         raise BertologyError(
             f"{source} was pretrained by the {written} objective and --recipe {recipe.name} trains another: "
             "continue it with its own (leave out --recipe)"
@@ -349,8 +350,8 @@ def build_recipe(model_args: ModelArguments) -> Recipe:
     elif source and checkpoint_variant(source) is not None:
         variant, backbone = checkpoint_variant(source), checkpoint_backbone(source)
         config_class = BACKBONES[backbone].config_class if backbone else variant.config_class
-        check_override_keys(source, overrides, set(config_class.from_pretrained(source).to_dict()))
-        config = config_class.from_pretrained(source, **overrides)
+        config, unused = config_class.from_pretrained(source, return_unused_kwargs=True, **overrides)
+        check_override_keys(source, unused, set(config.to_dict()))  # transformers sets only the keys it knows
         # the length it was pretrained at (saved by `set_lengths`; a checkpoint from before that: the positions')
         length = getattr(config, "max_seq_length", None) or min(512, max_positions(config))
         recipe = Recipe(source, variant.name, config, {}, config.vocab_size, length)
