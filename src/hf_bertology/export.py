@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 
+import torch
 from transformers import AutoTokenizer, DebertaV2ForMaskedLM, DebertaV2Model, ElectraForMaskedLM, ElectraForPreTraining
 
+from .hub import write_part_card
 from .models import deberta_v3
 from .models.composed import COMPOSED_MODELS
 from .models.electra import BertologyElectraForPreTraining, discriminator_config, generator_config
@@ -37,11 +40,11 @@ ELECTRA_PARTS = {
 }
 
 
-def _write(model, checkpoint: Path, output_dir: Path) -> Path:
+def _write(model, checkpoint: Path, output_dir: Path, tokenizer=None) -> Path:
     output_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(output_dir, safe_serialization=True)
     try:
-        AutoTokenizer.from_pretrained(checkpoint).save_pretrained(output_dir)
+        (tokenizer or AutoTokenizer.from_pretrained(checkpoint)).save_pretrained(output_dir)
     except (OSError, ValueError):
         logger.warning("no tokenizer in %s: %s holds only the model", checkpoint, output_dir)
     return output_dir
@@ -52,6 +55,87 @@ def _read_config(checkpoint: Path) -> dict:
         return json.loads((checkpoint / "config.json").read_text())
     except (OSError, ValueError):
         raise BertologyError(f"{checkpoint} is not a checkpoint folder (no readable config.json)") from None
+
+
+# Parameters a plain class has and the pretraining objective never trains (a pooler no loss reaches): kept at the
+# plain class's own initialisation, drawn from a fixed seed, so every load of the folder gives the same network.
+UNTRAINED = (".pooler.",)
+
+
+def fill_by_name(model, state: dict, prefix: str, rename: dict[str, str] | None = None) -> list[str]:
+    """Load every parameter of the plain `model` from `state[prefix + name]` (`rename` maps the plain class's names
+    to the joint model's where they differ). Driven by the plain class's names, so modules that only the joint
+    model has (an extra generator head, GDES's Δ) are left out and returned; a parameter the plain class needs and
+    the joint model lacks stops the export, unless the objective never trains it (`UNTRAINED`): that one keeps the
+    model's (seeded) initialisation."""
+
+    def source(name: str) -> str:
+        old = next((old for old in rename or {} if name.startswith(old)), None)
+        return prefix + (rename[old] + name[len(old) :] if old is not None else name)
+
+    wanted = {name: state[source(name)] for name in model.state_dict() if source(name) in state}
+    absent = [n for n in model.state_dict() if n not in wanted and not any(u in f".{n}" for u in UNTRAINED)]
+    if absent:
+        raise BertologyError(f"the joint model has no weights for the plain {type(model).__name__}: {absent[:3]}")
+    model.load_state_dict(wanted, strict=False)
+    used = {source(name) for name in wanted}
+    return sorted(k for k in state if k.startswith(prefix) and k not in used)
+
+
+def _seeded(build):
+    """`build()` under a fixed seed, leaving the global random state as it was."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return build()
+
+
+# The released DeBERTa-v3 generator's head, in the layout every transformers version resizes correctly:
+# `legacy=True` names it `cls.predictions.*` with a decoder tied to the word table. (With `legacy=False`,
+# `DebertaV2ForMaskedLM.get_output_embeddings` returns the head's hidden x hidden `dense`, so
+# `resize_token_embeddings`, which run_mlm.py calls, reshapes that layer and the forward fails on the LayerNorm.)
+DEBERTA_V3_LEGACY_HEAD = {
+    "cls.predictions.transform.dense.": "lm_predictions.lm_head.dense.",
+    "cls.predictions.transform.LayerNorm.": "lm_predictions.lm_head.LayerNorm.",
+    "cls.predictions.bias": "lm_predictions.lm_head.bias",
+    "cls.predictions.decoder.bias": "lm_predictions.lm_head.bias",
+    "cls.predictions.decoder.weight": "deberta.embeddings.word_embeddings.weight",
+}
+
+
+def plain_part(joint, part: str):
+    """Network `part` ("discriminator" or "generator") of a loaded joint model (ELECTRA, DeBERTa-v3 or an RTD
+    objective on another encoder) as the plain `transformers` class a user loads, with its weights."""
+    if part not in PARTS:
+        raise BertologyError(f"unknown part {part!r}; choose one of {', '.join(PARTS)}")
+    rename = None
+    if isinstance(joint, BertologyElectraForPreTraining):
+        model_class, config_builder, prefix = ELECTRA_PARTS[part]
+        config = config_builder(joint.config)
+    elif isinstance(joint, deberta_v3.BertologyDebertaV3ForPreTraining):
+        model_class, config_builder, prefix = DEBERTA_V3_PARTS[part]
+        config = config_builder(joint.config)
+        if part == "generator":
+            config.legacy, rename = True, DEBERTA_V3_LEGACY_HEAD
+    elif type(joint) in COMPOSED_MODELS.values() and joint.config.replaced_token_detection:
+        family_config = type(joint.base_model).config_class  # e.g. RobertaConfig
+        if part == "generator":  # the family's *ForMaskedLM
+            model_class, config, prefix = type(joint.generator), joint.generator.config, "generator."
+        else:  # the family's base model
+            model_class, config, prefix = type(joint.base_model), joint.config, f"{joint.base_model_prefix}."
+        config = _plain_config(config, family_config)
+        if part == "generator" and config.model_type == "deberta-v2":
+            config.legacy = True  # see DEBERTA_V3_LEGACY_HEAD (a composed generator is built with the default)
+    else:
+        raise BertologyError(f"{type(joint).__name__} has no generator and discriminator")
+    model = _seeded(lambda: model_class(config))
+    state = joint.state_dict()
+    if isinstance(joint, BertologyElectraForPreTraining) and part == "discriminator":
+        state = {k: v for k, v in state.items() if not k.startswith("generator.")}
+    # the joint state dict names shared tables under every module that uses them and merges GDES's E_G + Δ
+    left_out = fill_by_name(model, state, prefix, rename)
+    if left_out:
+        logger.info("the plain %s has no place for %s", model_class.__name__, ", ".join(left_out[:5]))
+    return model
 
 
 def export_electra(checkpoint: str | Path, output_dir: str | Path, part: str = "discriminator") -> Path:
@@ -70,14 +154,8 @@ def export_electra(checkpoint: str | Path, output_dir: str | Path, part: str = "
             f"{checkpoint} is not a joint ELECTRA checkpoint written by hf_bertology (missing e.g. "
             f"{sorted(info['missing_keys'])[0]})"
         )
-    model_class, config_builder, prefix = ELECTRA_PARTS[part]
-    model = model_class(config_builder(joint.config))
-    # The joint state dict names shared tensors under every module that uses them, so each part is complete.
-    state = {k[len(prefix) :]: v for k, v in joint.state_dict().items() if k.startswith(prefix)}
-    if part == "discriminator":
-        state = {k: v for k, v in state.items() if not k.startswith("generator.")}
-    model.load_state_dict(state, strict=True)
-    logger.info("writing the ELECTRA %s (%s) to %s", part, model_class.__name__, output_dir)
+    model = plain_part(joint, part)
+    logger.info("writing the ELECTRA %s (%s) to %s", part, type(model).__name__, output_dir)
     return _write(model, checkpoint, output_dir)
 
 
@@ -104,12 +182,8 @@ def export_deberta_v3(checkpoint: str | Path, output_dir: str | Path, part: str 
             f"{checkpoint} is not a joint DeBERTa-v3 checkpoint written by hf_bertology (missing e.g. "
             f"{sorted(info['missing_keys'])[0]})"
         )
-    model_class, config_builder, prefix = DEBERTA_V3_PARTS[part]
-    model = model_class(config_builder(joint.config))
-    # state_dict() holds the merged GDES table under `deberta.`; the generator's keys are complete under `generator.`
-    state = {k[len(prefix) :]: v for k, v in joint.state_dict().items() if k.startswith(prefix)}
-    model.load_state_dict(state, strict=True)
-    logger.info("writing the DeBERTa-v3 %s (%s) to %s", part, model_class.__name__, output_dir)
+    model = plain_part(joint, part)
+    logger.info("writing the DeBERTa-v3 %s (%s) to %s", part, type(model).__name__, output_dir)
     return _write(model, checkpoint, output_dir)
 
 
@@ -139,17 +213,32 @@ def export_composed(checkpoint: str | Path, output_dir: str | Path, part: str = 
         raise BertologyError(
             f"{checkpoint} has no generator: only replaced-token-detection objectives have two networks"
         )
-    family_config = type(joint.base_model).config_class  # e.g. RobertaConfig
-    if part == "generator":  # the family's *ForMaskedLM
-        model_class, config, prefix = type(joint.generator), joint.generator.config, "generator."
-    else:
-        model_class, config, prefix = type(joint.base_model), joint.config, f"{joint.base_model_prefix}."
-    model = model_class(_plain_config(config, family_config))
-    # the joint state dict names shared tables under every module that uses them, and merges GDES's E_G + Δ
-    state = {k[len(prefix) :]: v for k, v in joint.state_dict().items() if k.startswith(prefix)}
-    model.load_state_dict(state, strict=True)
-    logger.info("writing the %s (%s) to %s", part, model_class.__name__, output_dir)
+    model = plain_part(joint, part)
+    logger.info("writing the %s (%s) to %s", part, type(model).__name__, output_dir)
     return _write(model, checkpoint, output_dir)
+
+
+def is_joint(model) -> bool:
+    """Whether `model` holds two networks (a generator and a discriminator) that `plain_part` can write."""
+    if isinstance(model, (BertologyElectraForPreTraining, deberta_v3.BertologyDebertaV3ForPreTraining)):
+        return True
+    return type(model) in COMPOSED_MODELS.values() and bool(model.config.replaced_token_detection)
+
+
+def write_part_folders(model, tokenizer, output_dir: str | Path, **card) -> list[Path]:
+    """The end of a joint run: `output_dir/discriminator` and `output_dir/generator` as vanilla folders (the layout
+    of the papers' released checkpoints), each with its model card (`card`: `hub.write_part_card`'s fields). A
+    model with one network writes nothing. The joint folder itself stays as it is (resuming and export read it)."""
+    if not is_joint(model):
+        return []
+    folders = []
+    for part in PARTS:
+        folder = Path(output_dir) / part
+        shutil.rmtree(folder, ignore_errors=True)  # ours: the parts of an earlier run into this folder
+        _write(plain_part(model, part), Path(output_dir), folder, tokenizer)
+        write_part_card(folder, part, **card)
+        folders.append(folder)
+    return folders
 
 
 def export_part(checkpoint: str | Path, output_dir: str | Path, part: str) -> Path:

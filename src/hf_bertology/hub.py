@@ -13,16 +13,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .utils import BertologyError, logger
 
 CARD_TEMPLATE = """---
-library_name: transformers
-tags:
-- hf_bertology
-- {variant}
-- fill-mask
+{metadata}
 ---
 
 # {name}
@@ -41,20 +38,7 @@ A **{variant}** encoder pretrained with `hf_bertology` using the `{recipe}` reci
 
 ## How to load
 
-With plain `transformers` (no hf_bertology needed):
-
-```python
-from transformers import AutoTokenizer, {plain_auto_class}, AutoModel
-tokenizer = AutoTokenizer.from_pretrained("{path}")
-model = {plain_auto_class}.from_pretrained("{path}")   # the pretraining heads, transformers' own class
-encoder = AutoModel.from_pretrained("{path}")           # the backbone, e.g. for fine-tuning
-```
-
-To continue pretraining with our objective (component losses included), load our class through remote code:
-
-```python
-model = {auto_class}.from_pretrained("{path}", trust_remote_code=True)
-```
+{how_to_load}
 
 ## Recipe
 
@@ -62,6 +46,72 @@ model = {auto_class}.from_pretrained("{path}", trust_remote_code=True)
 {recipe_json}
 ```
 """
+
+# One network (every family but the joint ones): transformers' own classes load it.
+LOAD_ONE = """With plain `transformers` (no hf_bertology needed):
+
+```python
+from transformers import AutoTokenizer, {plain_auto_class}, AutoModel
+tokenizer = AutoTokenizer.from_pretrained("{path}")
+model = {plain_auto_class}.from_pretrained("{path}")   # the pretrained network with its {head}
+encoder = AutoModel.from_pretrained("{path}")           # the encoder alone, e.g. to fine-tune or embed
+```
+
+To continue pretraining with our objective (component losses included), load our class through remote code:
+
+```python
+model = {auto_class}.from_pretrained("{path}", trust_remote_code=True)
+```"""
+
+# Two networks (ELECTRA, DeBERTa-v3, an RTD objective on another encoder): the papers release them apart.
+LOAD_JOINT = """This folder holds **two networks**, trained together: a small generator (masked LM) and the
+discriminator (replaced-token detection). As the papers' released checkpoints, each is also written as a folder
+plain `transformers` reads on its own:
+
+| folder | holds | use it for |
+|---|---|---|
+| `discriminator/` | the discriminator, `{disc_class}` | fine-tuning (classification, tagging, QA, multiple choice), embeddings |
+| `generator/` | the generator, `{gen_class}` | `pipeline("fill-mask")`, continued masked-LM training (`run_mlm.py`) |
+| `.` (this folder) | both, for `hf_bertology` (resuming, `bertology export`) | continuing the joint pretraining |
+
+```python
+from transformers import AutoTokenizer, AutoModelForMaskedLM, AutoModelForSequenceClassification, pipeline
+tokenizer = AutoTokenizer.from_pretrained("{path}", subfolder="discriminator")
+classifier = AutoModelForSequenceClassification.from_pretrained("{path}", subfolder="discriminator", num_labels=2)
+generator = AutoModelForMaskedLM.from_pretrained("{path}", subfolder="generator")
+fill_mask = pipeline("fill-mask", model=generator, tokenizer=tokenizer)
+```
+
+Plain `transformers` on this folder itself reads the discriminator only (`{plain_class}`); its masked-LM
+classes would put a new, random head on the discriminator, so use `generator/` for masked-LM work. To continue the
+joint pretraining, load our class through remote code:
+
+```python
+model = {auto_class}.from_pretrained("{path}", trust_remote_code=True)
+```"""
+
+PART_CARD = """---
+{metadata}
+---
+
+# {name}
+
+The **{part}** of a joint `{recipe}` run ({variant}) pretrained with `hf_bertology`, as a plain `transformers`
+folder (`{plain_class}`; no hf_bertology needed). Corpus: {corpus}. {use}
+
+```python
+from transformers import AutoTokenizer, {auto_class}
+tokenizer = AutoTokenizer.from_pretrained("{path}")
+model = {auto_class}.from_pretrained("{path}")
+```
+"""
+PART_USE = {
+    "discriminator": "Use it for fine-tuning (sequence/token classification, QA, multiple choice) and embeddings; the "
+    "generator next to it is for masked-LM work.",
+    "generator": 'Use it for `pipeline("fill-mask")` and continued masked-LM training; fine-tune the '
+    "discriminator next to it instead.",
+}
+LICENSE = "apache-2.0"  # hf_bertology's; pass `license=` for a corpus whose terms differ
 
 OBJECTIVES = {
     "bert": "masked LM (exact count, 80/10/10) + next-sentence prediction",
@@ -86,6 +136,39 @@ def _fmt(value: Any) -> str:
     return str(value) if value is not None else "–"
 
 
+def card_metadata(
+    pipeline_tag: str | None, tags: list[str], license: str = LICENSE, dataset_name: str | None = None
+) -> str:
+    """The card's YAML header: what the Hub shows and filters on (library, license, task, tags, training data)."""
+    lines = ["library_name: transformers", f"license: {license}"]
+    if pipeline_tag:
+        lines.append(f"pipeline_tag: {pipeline_tag}")
+    lines += ["tags:"] + [f"- {tag}" for tag in tags]
+    if dataset_name:
+        lines += ["datasets:", f"- {dataset_name}"]
+    return "\n".join(lines)
+
+
+def pipeline_tag_of(plain_class: str | None) -> str | None:
+    """The Hub task of a folder whose plain class is `plain_class`: fill-mask where a masked-LM head was trained
+    (`*ForMaskedLM`, BERT's and ALBERT's `*ForPreTraining`), text-generation for XLNet's LM head, feature-extraction
+    for an encoder alone (a discriminator, a base model)."""
+    if not plain_class:
+        return None
+    if plain_class.endswith("ForMaskedLM") or plain_class in ("BertForPreTraining", "AlbertForPreTraining"):
+        return "fill-mask"
+    if plain_class == "XLNetLMHeadModel":
+        return "text-generation"
+    return "feature-extraction"
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def write_model_card(
     output_dir: str | Path,
     model: PreTrainedModel,
@@ -97,8 +180,11 @@ def write_model_card(
     final_losses: dict[str, float] | None = None,
     plain_auto_class: str = "AutoModelForPreTraining",
     repo_id: str | None = None,
+    dataset_name: str | None = None,
+    license: str = LICENSE,
 ) -> Path:
-    """Write `README.md`: recipe, corpus, steps, tokens seen, final losses, how to load."""
+    """Write `README.md`: recipe, corpus, steps, tokens seen, final losses, how to load; the header names the task
+    the folder serves, its license and training data (`dataset_name`: a Hub dataset)."""
     output_dir = Path(output_dir)
     config = model.config
     objective_keys = {
@@ -107,7 +193,27 @@ def write_model_card(
         if key not in ("architectures", "auto_map", "transformers_version", "dtype", "torch_dtype")
     }
     losses = ", ".join(f"{k} {v:.4f}" for k, v in (final_losses or {}).items()) or "–"
+    path = repo_id or str(output_dir)
+    saved = _read_json(output_dir / "config.json")
+    plain_class = (saved.get("architectures") or [None])[0]
+    auto_class = next(iter(saved.get("auto_map", {})), None) or getattr(model, "_auto_class", None) or plain_auto_class
+    joint = getattr(model, "generator", None) is not None
+    if joint:
+        disc, gen = (_read_json(output_dir / part / "config.json").get("architectures") for part in PARTS)
+        how_to_load = LOAD_JOINT.format(
+            path=path,
+            auto_class=auto_class,
+            plain_class=plain_class,
+            disc_class=(disc or ["the family's base model"])[0],
+            gen_class=(gen or ["the family's masked LM"])[0],
+        )
+        tags = ["hf_bertology", variant, "replaced-token-detection"]
+    else:
+        head = "pretraining heads" if plain_auto_class == "AutoModelForPreTraining" else "masked-LM head"
+        how_to_load = LOAD_ONE.format(path=path, plain_auto_class=plain_auto_class, auto_class=auto_class, head=head)
+        tags = ["hf_bertology", variant]
     card = CARD_TEMPLATE.format(
+        metadata=card_metadata(pipeline_tag_of(plain_class), tags, license, dataset_name),
         name=repo_id or output_dir.name,
         variant=variant,
         recipe=recipe,
@@ -117,24 +223,121 @@ def write_model_card(
         tokens=_fmt(tokens_seen),
         losses=losses,
         parameters=_fmt(sum(p.numel() for p in model.parameters())),
-        plain_auto_class=plain_auto_class,
-        auto_class=getattr(model, "_auto_class", None) or plain_auto_class,
-        path=repo_id or str(output_dir),
+        how_to_load=how_to_load,
         recipe_json=json.dumps(objective_keys, indent=2, sort_keys=True, default=str),
     )
-    path = output_dir / "README.md"
-    path.write_text(card, encoding="utf-8")
-    return path
+    card_path = output_dir / "README.md"
+    card_path.write_text(card, encoding="utf-8")
+    return card_path
+
+
+PARTS = ("discriminator", "generator")
+
+
+def write_part_card(
+    folder: str | Path,
+    part: str,
+    recipe: str = "?",
+    variant: str = "?",
+    corpus: str = "–",
+    repo_id: str | None = None,
+    dataset_name: str | None = None,
+    license: str = LICENSE,
+) -> Path:
+    """`README.md` of a vanilla folder holding one network of a joint run (`bertology export`, or the
+    `discriminator/` and `generator/` folders a joint run writes)."""
+    folder = Path(folder)
+    plain_class = (_read_json(folder / "config.json").get("architectures") or ["?"])[0]
+    tag = pipeline_tag_of(plain_class)
+    card = PART_CARD.format(
+        metadata=card_metadata(tag, ["hf_bertology", variant, part], license, dataset_name),
+        name=repo_id or folder.name,
+        part=part,
+        recipe=recipe,
+        variant=variant,
+        corpus=corpus,
+        plain_class=plain_class,
+        use=PART_USE.get(part, ""),
+        auto_class="AutoModelForMaskedLM" if tag == "fill-mask" else "AutoModel",
+        path=repo_id or str(folder),
+    )
+    card_path = folder / "README.md"
+    card_path.write_text(card, encoding="utf-8")
+    return card_path
+
+
+def plain_classes(model_type: str) -> list[str]:
+    """transformers' own classes for `model_type`, most complete first: the pretraining class, the masked LM, the
+    base model."""
+    from transformers.models.auto import modeling_auto
+
+    mappings = ("MODEL_FOR_PRETRAINING_MAPPING_NAMES", "MODEL_FOR_MASKED_LM_MAPPING_NAMES", "MODEL_MAPPING_NAMES")
+    names = [getattr(modeling_auto, mapping).get(model_type) for mapping in mappings]
+    return list(dict.fromkeys(name for name in names if isinstance(name, str)))
+
+
+def plain_class_of(model: PreTrainedModel) -> type[PreTrainedModel] | None:
+    """The most complete plain `transformers` class whose every trained parameter `model` holds under the same name
+    (e.g. `BertForPreTraining`, `RobertaForMaskedLM`; `DebertaV2Model` for a joint DeBERTa-v3): what `architectures`
+    names, so the Hub and pipelines pick a class plain `transformers` has."""
+    import transformers
+
+    ours = set(model.state_dict())
+    for name in plain_classes(model.config.model_type):
+        plain_class = getattr(transformers, name)
+        with torch.device("meta"):
+            plain = plain_class(model.config)
+        prefix = f"{model.base_model_prefix}." if plain.base_model is plain else ""  # a base model: no prefix
+        if {prefix + key for key in plain.state_dict() if ".pooler." not in f".{key}"} <= ours:
+            return plain_class
+    return None
+
+
+def complete_backbone(model: PreTrainedModel, folder: Path) -> list[str]:
+    """Add to `folder`'s weights what the family's plain base model has and `model` lacks (RoBERTa's and SpanBERT's
+    pooler: `*ForMaskedLM` drops it, `*ForMultipleChoice` and BERT's classifiers use it). The values are the plain
+    class's own initialisation under a fixed seed, so every `AutoModelFor*` load gets the same backbone and only the
+    new task head is random; the released roberta-base ships such a pooler too."""
+    import transformers
+    from safetensors.torch import load_file, save_file
+
+    weights = folder / "model.safetensors"
+    base_name = (plain_classes(model.config.model_type) or [None])[-1]
+    if base_name is None or not weights.is_file():
+        return []
+    state = load_file(weights)
+    prefix = f"{model.base_model_prefix}."
+    with torch.device("meta"):
+        names = getattr(transformers, base_name)(model.config).state_dict()
+    missing = [name for name in names if prefix + name not in state]
+    if not missing:
+        return []
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        base = getattr(transformers, base_name)(model.config)
+    fresh = base.state_dict()
+    state.update({prefix + name: fresh[name].contiguous() for name in missing})
+    save_file(state, weights, metadata={"format": "pt"})
+    return [prefix + name for name in missing]
 
 
 def save_folder(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, output_dir: str | Path) -> Path:
-    """`save_pretrained` for model (safetensors only, modeling code copied) and tokenizer."""
+    """`save_pretrained` for model (safetensors only, modeling code copied) and tokenizer; the weights completed
+    with the plain backbone's untrained parts (`complete_backbone`) and `architectures` naming the plain
+    `transformers` class (`plain_class_of`; ours stays under `auto_map`, which remote code reads)."""
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(output_dir, safe_serialization=True)
     tokenizer.save_pretrained(output_dir)
     if not (output_dir / "model.safetensors").exists() and not list(output_dir.glob("model-*.safetensors")):
         raise BertologyError(f"no safetensors weights were written to {output_dir}")
+    complete_backbone(model, output_dir)
+    plain_class = plain_class_of(model)
+    if plain_class is not None:
+        config_path = output_dir / "config.json"
+        config = json.loads(config_path.read_text())
+        config["architectures"] = [plain_class.__name__]
+        config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     return output_dir
 
 
@@ -144,9 +347,13 @@ PUSH_IGNORE = ("checkpoint-*", "tmp-checkpoint-*", "runs", "runs/*", ".*", "*.pt
 _CARD_LOAD = re.compile(r'from_pretrained\("[^"]*"')
 
 
-def card_for_repo(card: str, repo_id: str) -> str:
-    """The model card with its title and every `from_pretrained("...")` pointing at `repo_id`."""
-    card = _CARD_LOAD.sub(f'from_pretrained("{repo_id}"', card)
+def card_for_repo(card: str, repo_id: str, subfolder: str | None = None) -> str:
+    """The model card with its title and every `from_pretrained("...")` pointing at `repo_id` (and, for the card of a
+    part folder, at its `subfolder`)."""
+    target = f'from_pretrained("{repo_id}", subfolder="{subfolder}"' if subfolder else f'from_pretrained("{repo_id}"'
+    card = _CARD_LOAD.sub(target, card)
+    if subfolder:
+        return re.sub(r"^# .*$", f"# {repo_id} ({subfolder})", card, count=1, flags=re.MULTILINE)
     return re.sub(r"^# .*$", f"# {repo_id}", card, count=1, flags=re.MULTILINE)
 
 
@@ -192,8 +399,10 @@ def push_folder(
         operations = []
         for name in files:
             content: str | bytes = str(folder / name)
-            if name == "README.md":
-                content = card_for_repo((folder / name).read_text(encoding="utf-8"), repo_id).encode("utf-8")
+            if name == "README.md" or (name.count("/") == 1 and name.endswith("/README.md")):
+                subfolder = name.split("/")[0] if "/" in name else None
+                card = card_for_repo((folder / name).read_text(encoding="utf-8"), repo_id, subfolder)
+                content = card.encode("utf-8")
             operations.append(CommitOperationAdd(path_in_repo=name, path_or_fileobj=content))
         commit = api.create_commit(repo_id, operations, commit_message=commit_message, revision=revision)
     except (HfHubHTTPError, OSError, ValueError, *_transport_errors()) as err:

@@ -33,6 +33,7 @@ import transformers
 from transformers import AutoTokenizer, TrainingArguments, set_seed
 
 from ..data import build_pretraining_dataset, load_corpus, tokenize_corpus
+from ..export import write_part_folders
 from ..hub import push_from_training_args, save_folder, write_model_card
 from ..recipes import (
     BACKBONES,
@@ -726,6 +727,10 @@ def write_outputs(trainer, recipe: Recipe, data_args: DataArguments, metrics: di
     if trainer.is_world_process_zero():
         output_dir = trainer.args.output_dir
         save_folder(trainer.model, trainer.processing_class, output_dir)
+        card = dict(recipe=recipe.name, variant=recipe.variant, corpus=describe_corpus(data_args))
+        write_part_folders(
+            trainer.model, trainer.processing_class, output_dir, **card, dataset_name=data_args.dataset_name
+        )
         shutil.rmtree(Path(output_dir) / "tokenizer-trained", ignore_errors=True)  # the ranks' hand-over copy
         train_logs = [log for log in trainer.state.log_history if "loss" in log]
         final_losses = {k: v for k, v in (train_logs[-1] if train_logs else {}).items() if k.endswith("loss")}
@@ -742,6 +747,7 @@ def write_outputs(trainer, recipe: Recipe, data_args: DataArguments, metrics: di
             tokens_seen=int(trainer.state.num_input_tokens_seen or 0),
             final_losses=final_losses,
             plain_auto_class=recipe.plain_auto_class,
+            dataset_name=data_args.dataset_name,
             repo_id=(push_args.hub_model_id or Path(output_dir).absolute().name) if pushing else None,
         )
         with open(os.path.join(output_dir, "all_results.json"), "w") as handle:

@@ -47,5 +47,4 @@ class BertologyModernBertConfig(ModernBertConfig):
         self.random_replace_prob = random_replace_prob
         self.whole_word_mask = whole_word_mask
         self.input_format = input_format
-        kwargs.setdefault("sparse_prediction", True)  # the head runs on the masked positions only
         super().__init__(**kwargs)

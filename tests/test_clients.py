@@ -1,0 +1,162 @@
+"""The folders we write, used by the clients users already have, in a process where hf_bertology is not importable
+(issue 31): transformers' `run_mlm.py` / `run_plm.py` / `run_glue.py` steps through a plain `Trainer`, both
+pipelines, every `AutoModelFor*` head, sentence-transformers, and folders derived from ours by plain transformers.
+
+One `bertology pretrain` of one step per family writes the folders once a session (`folders`); one child process
+per family (`tests/clients_worker.py`) runs every client against them and prints what each gave.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+import hf_bertology as hb
+from hf_bertology import cli
+from platform_support import REPO, pretrain_argv, tiny_recipes, write_corpus
+
+JOINT = ("electra-tiny", "deberta-v3-tiny", "electra-tiny@roberta")  # two networks: discriminator/ + generator/
+FAMILIES = [*tiny_recipes(), "electra-tiny@roberta"]
+
+
+@pytest.fixture(scope="session")
+def folders(tmp_path_factory) -> dict:
+    """`bertology pretrain` (1 step) of every tiny recipe, once a session: recipe -> output folder."""
+    root = tmp_path_factory.mktemp("client-folders")
+    corpus = write_corpus(root / "corpus.txt")
+    out = {}
+    for recipe in FAMILIES:
+        out[recipe] = root / recipe
+        argv = pretrain_argv(recipe, corpus, out[recipe], "--max_steps", "1", "--save_strategy", "no")
+        assert cli.main(["pretrain", *argv]) == 0, recipe
+    return out
+
+
+def client_env(tmp_path) -> dict[str, str]:
+    """A user's environment: no `src` on the path, offline, one thread."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_", "PYTHONPATH"))}
+    env.update(
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        TOKENIZERS_PARALLELISM="false",
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        HF_HOME=str(tmp_path / "hf_home"),
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def run_clients(recipe: str, folder, tmp_path) -> dict:
+    joint = recipe in JOINT
+    case = {
+        "family": recipe,
+        "mlm": str(folder / "generator") if joint else (None if recipe.startswith("xlnet") else str(folder)),
+        "plm": str(folder) if recipe.startswith("xlnet") else None,
+        "finetune": str(folder / "discriminator") if joint else str(folder),
+        "joint": str(folder) if joint else None,
+        "out": str(tmp_path / "clients"),
+    }
+    done = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "clients_worker.py"), json.dumps(case)],
+        env=client_env(tmp_path),
+        cwd=tmp_path,  # not the repo: nothing there is importable
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(next(line[7:] for line in done.stdout.splitlines() if line.startswith("RESULT ")))
+
+
+def ok(result: dict, name: str) -> dict:
+    assert "error" not in result[name], f"{name}: {result[name]['error']}"
+    return result[name]
+
+
+@pytest.mark.parametrize("recipe", FAMILIES)
+def test_every_client_on_the_folders_of_a_run(recipe, folders, tmp_path):
+    result = run_clients(recipe, folders[recipe], tmp_path)
+    assert result["hf_bertology_importable"] is False
+
+    # run_mlm.py (or run_plm.py for XLNet): resize_token_embeddings, DataCollatorForLanguageModeling, a plain
+    # Trainer, accuracy from the returned logits (item 1: ModernBERT's sparse_prediction made the logits ragged;
+    # item 2: the DeBERTa-v3 generator's head broke on resize).
+    lm = ok(result, "plm" if recipe.startswith("xlnet") else "mlm")
+    assert lm["missing"] == [], lm  # the trained head, nothing random
+    assert math.isfinite(lm["metrics"]["eval_loss"])
+    if "mlm" in result:
+        assert 0.0 <= lm["metrics"]["eval_accuracy"] <= 1.0
+        # item 5: the continued-MLM folder plain transformers wrote loads with and without remote code
+        for remote, reload in lm["reloads"].items():
+            assert "error" not in reload and reload["max_diff"] < 1e-5, (remote, reload)
+        assert ok(result, "fill_mask")["n"] == 3
+
+    # run_glue.py: a new head only, fine-tuned by a plain Trainer; the saved classifier reloads both ways (item 5)
+    glue = ok(result, "glue")
+    assert glue["class"].endswith("ForSequenceClassification") and math.isfinite(glue["metrics"]["eval_loss"])
+    for remote, reload in glue["reloads"].items():
+        assert "error" not in reload and reload["max_diff"] < 1e-5, (remote, reload)
+    assert len(glue["pipeline"]) == 2
+
+    # every AutoModelFor* head: only the new head is random (item 4: RoBERTa's pooler was random on every load)
+    for head, loaded in ok(result, "heads").items():
+        assert loaded.get("unsupported") or loaded["random_backbone"] == [], (head, loaded)
+
+    st = ok(result, "sentence_transformers")
+    assert st["finite"] and st["reload_diff"] == 0.0 and st["round_trip_diff"] < 1e-6, st
+
+    if recipe in JOINT:  # item 3: the joint folder gives plain tools the trained discriminator
+        joint = ok(result, "joint")
+        assert joint["AutoModel"]["missing"] == [], joint
+
+
+@pytest.mark.parametrize("recipe", FAMILIES)
+def test_config_and_card_name_what_plain_transformers_has(recipe, folders):
+    """Item 6 (and 1, 3): `architectures` is a transformers class, ours is under auto_map; the card's header has the
+    task the folder serves, a license; a joint run's folder is no fill-mask model and says where the two networks
+    are; every part folder has its own card."""
+    import transformers
+
+    folder = folders[recipe]
+    config = json.loads((folder / "config.json").read_text())
+    assert hasattr(transformers, config["architectures"][0]), config["architectures"]
+    assert all(ref.split(".")[-1].startswith("Bertology") for ref in config["auto_map"].values())
+    assert "sparse_prediction" not in config or config["sparse_prediction"] is False
+    card = (folder / "README.md").read_text()
+    header = card.split("---")[1]
+    assert "license: apache-2.0" in header and "library_name: transformers" in header
+    if recipe in JOINT:
+        assert "fill-mask" not in header and "pipeline_tag: feature-extraction" in header
+        assert "the pretraining heads" not in card and 'subfolder="generator"' in card
+        for part, tag in (("discriminator", "feature-extraction"), ("generator", "fill-mask")):
+            part_config = json.loads((folder / part / "config.json").read_text())
+            assert "auto_map" not in part_config and hasattr(transformers, part_config["architectures"][0])
+            assert f"pipeline_tag: {tag}" in (folder / part / "README.md").read_text()
+    else:
+        tag = "text-generation" if recipe.startswith("xlnet") else "fill-mask"
+        assert f"pipeline_tag: {tag}" in header
+
+
+def test_card_names_the_hub_dataset_and_the_repo(tmp_path):
+    """`datasets` in the header when the corpus is a Hub dataset; pushing points every snippet, part folders'
+    included, at the repository."""
+    from hf_bertology.hub import card_for_repo, write_model_card, write_part_card
+
+    recipe = hb.get_recipe("electra-tiny")
+    model = recipe.build_model()
+    (tmp_path / "generator").mkdir()
+    (tmp_path / "generator" / "config.json").write_text(json.dumps({"architectures": ["ElectraForMaskedLM"]}))
+    card = write_model_card(tmp_path, model, "electra-tiny", "electra", "`wikitext`", dataset_name="wikitext")
+    text = card.read_text()
+    assert "datasets:\n- wikitext" in text.split("---")[1]
+    pushed = card_for_repo(text, "me/electra")
+    assert str(tmp_path) not in pushed and 'from_pretrained("me/electra", subfolder="generator")' in pushed
+    part = write_part_card(tmp_path / "generator", "generator", "electra-tiny", "electra", "`wikitext`")
+    pushed_part = card_for_repo(part.read_text(), "me/electra", subfolder="generator")
+    assert 'from_pretrained("me/electra", subfolder="generator")' in pushed_part and str(tmp_path) not in pushed_part
