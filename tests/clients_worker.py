@@ -8,7 +8,7 @@ what the folders hold. Each client runs as the user would run it: the steps of t
 and an accuracy from the returned logits), `run_plm.py` for XLNet, `run_glue.py` (sequence classification through a
 plain `Trainer`, saved, reloaded with and without `trust_remote_code`), both pipelines, every `AutoModelFor*` head,
 and sentence-transformers. A client that raises is recorded with its error, so one line of the result says what
-broke. Prints one `RESULT {json}` line.
+broke. Prints one `RESULT {json}` line a case.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sys
 sys.modules["hf_bertology"] = None  # type: ignore[assignment]  # `import hf_bertology` now fails, editable or not
 
 import json  # noqa: E402
-import math  # noqa: E402
+import time  # noqa: E402
 import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -246,8 +246,8 @@ def joint(folder: str) -> dict:
     return result
 
 
-def main() -> None:
-    case = json.loads(sys.argv[1])
+def play(case: dict) -> dict:
+    """Every client that `case` has a folder for; what each gave, or its error."""
     out = Path(case["out"])
     try:
         import hf_bertology  # noqa: F401
@@ -255,7 +255,7 @@ def main() -> None:
         importable = True
     except ImportError:
         importable = False
-    result = {"family": case["family"], "hf_bertology_importable": importable}
+    result = {"family": case["family"], "hf_bertology_importable": importable, "seconds": {}}
     clients = {
         "mlm": (run_mlm, "mlm", True),
         "plm": (run_plm, "plm", True),
@@ -268,16 +268,22 @@ def main() -> None:
     for name, (client, key, needs_out) in clients.items():
         if not case.get(key):
             continue
+        start = time.perf_counter()
         try:
             torch.manual_seed(0)
-            args = (case[key], out / name) if needs_out else (case[key],)
-            result[name] = client(*args)
+            result[name] = client(case[key], out / name) if needs_out else client(case[key])
         except Exception as err:  # noqa: BLE001 - recorded: the test names what broke
             result[name] = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"}
             print(traceback.format_exc(), file=sys.stderr)
-    print(
-        "RESULT " + json.dumps(result, default=lambda v: v if not isinstance(v, float) or math.isfinite(v) else str(v))
-    )
+        result["seconds"][name] = round(time.perf_counter() - start, 2)
+    return result
+
+
+def main() -> None:
+    """One case (a JSON object) or several (a list): one `RESULT` line each, so one process pays the imports once."""
+    cases = json.loads(sys.argv[1])
+    for case in cases if isinstance(cases, list) else [cases]:
+        print("RESULT " + json.dumps(play(case)), flush=True)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,11 @@ from platform_support import REPO, pretrain_argv, tiny_recipes, write_corpus
 
 JOINT = ("electra-tiny", "deberta-v3-tiny", "electra-tiny@roberta")  # two networks: discriminator/ + generator/
 FAMILIES = [*tiny_recipes(), "electra-tiny@roberta"]
+# Families whose auto_map names AutoModelForMaskedLM (ModernBERT has no AutoModelForPreTraining entry to use instead):
+# a masked-LM folder derived from theirs by plain transformers, opened with AutoModelForMaskedLM and
+# trust_remote_code=True, asks for our modeling file it does not hold. transformers gives no way round it from our
+# side (docs/loading.md says what to do); a folder derived from a Hub repo points at that repo and loads.
+LIMITED = ("roberta-tiny", "spanbert-tiny", "modernbert-tiny")
 
 
 @pytest.fixture(scope="session")
@@ -52,26 +57,37 @@ def client_env(tmp_path) -> dict[str, str]:
     return env
 
 
-def run_clients(recipe: str, folder, tmp_path) -> dict:
+def client_case(recipe: str, folder, out) -> dict:
+    """What a user points each client at: a joint run's `generator/` for masked-LM work and `discriminator/` for
+    fine-tuning, the run's folder itself for every other family."""
     joint = recipe in JOINT
-    case = {
+    xlnet = recipe.startswith("xlnet")
+    return {
         "family": recipe,
-        "mlm": str(folder / "generator") if joint else (None if recipe.startswith("xlnet") else str(folder)),
-        "plm": str(folder) if recipe.startswith("xlnet") else None,
+        "mlm": str(folder / "generator") if joint else (None if xlnet else str(folder)),
+        "plm": str(folder) if xlnet else None,
         "finetune": str(folder / "discriminator") if joint else str(folder),
         "joint": str(folder) if joint else None,
-        "out": str(tmp_path / "clients"),
+        "out": str(out / recipe),
     }
+
+
+@pytest.fixture(scope="session")
+def client_results(folders, tmp_path_factory) -> dict:
+    """Every client on every family's folders, in one child process without hf_bertology (imports paid once)."""
+    tmp = tmp_path_factory.mktemp("clients")
+    cases = [client_case(recipe, folder, tmp) for recipe, folder in folders.items()]
     done = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "clients_worker.py"), json.dumps(case)],
-        env=client_env(tmp_path),
-        cwd=tmp_path,  # not the repo: nothing there is importable
+        [sys.executable, str(REPO / "tests" / "clients_worker.py"), json.dumps(cases)],
+        env=client_env(tmp),
+        cwd=tmp,  # not the repo: nothing there is importable
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(next(line[7:] for line in done.stdout.splitlines() if line.startswith("RESULT ")))
+    results = [json.loads(line[7:]) for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    return {result["family"]: result for result in results}
 
 
 def ok(result: dict, name: str) -> dict:
@@ -80,8 +96,8 @@ def ok(result: dict, name: str) -> dict:
 
 
 @pytest.mark.parametrize("recipe", FAMILIES)
-def test_every_client_on_the_folders_of_a_run(recipe, folders, tmp_path):
-    result = run_clients(recipe, folders[recipe], tmp_path)
+def test_every_client_on_the_folders_of_a_run(recipe, client_results):
+    result = client_results[recipe]
     assert result["hf_bertology_importable"] is False
 
     # run_mlm.py (or run_plm.py for XLNet): resize_token_embeddings, DataCollatorForLanguageModeling, a plain
@@ -92,9 +108,14 @@ def test_every_client_on_the_folders_of_a_run(recipe, folders, tmp_path):
     assert math.isfinite(lm["metrics"]["eval_loss"])
     if "mlm" in result:
         assert 0.0 <= lm["metrics"]["eval_accuracy"] <= 1.0
-        # item 5: the continued-MLM folder plain transformers wrote loads with and without remote code
-        for remote, reload in lm["reloads"].items():
-            assert "error" not in reload and reload["max_diff"] < 1e-5, (remote, reload)
+        # item 5: the continued-MLM folder plain transformers wrote (it inherits our auto_map, not our code) loads
+        # plainly; with remote code too, unless auto_map names the very class asked for (see LIMITED)
+        plain, remote = lm["reloads"]["False"], lm["reloads"]["True"]
+        assert "error" not in plain and plain["max_diff"] < 1e-5, plain
+        if recipe in LIMITED:
+            assert remote["error"].startswith("OSError") and "modeling_" in remote["error"], remote
+        else:
+            assert "error" not in remote and remote["max_diff"] < 1e-5, remote
         assert ok(result, "fill_mask")["n"] == 3
 
     # run_glue.py: a new head only, fine-tuned by a plain Trainer; the saved classifier reloads both ways (item 5)
