@@ -246,6 +246,19 @@ def joint(folder: str) -> dict:
     return result
 
 
+def snippets(codes: list[str]) -> dict:
+    """The Python blocks of a documentation page, each run as a user pastes it; the output of each."""
+    import contextlib
+    import io
+
+    printed = []
+    for code in codes:
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            exec(compile(code, "<docs>", "exec"), {"__name__": "__docs__"})  # noqa: S102 - our own docs' code
+        printed.append(out.getvalue())
+    return {"printed": printed}
+
+
 def play(case: dict) -> dict:
     """Every client that `case` has a folder for; what each gave, or its error."""
     out = Path(case["out"])
@@ -264,6 +277,7 @@ def play(case: dict) -> dict:
         "heads": (heads, "finetune", False),
         "sentence_transformers": (sentence_transformers, "finetune", True),
         "joint": (joint, "joint", False),
+        "snippets": (snippets, "snippets", False),
     }
     for name, (client, key, needs_out) in clients.items():
         if not case.get(key):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -72,11 +73,22 @@ def client_case(recipe: str, folder, out) -> dict:
     }
 
 
+def loading_page_code(folders: dict) -> list[str]:
+    """The Python blocks of docs/loading.md, with its `runs/<family>-mini` folders replaced by the tiny ones."""
+    page = (REPO / "docs" / "loading.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.DOTALL)
+    root = next(iter(folders.values())).parent
+    return [
+        re.sub(r"runs/([a-z0-9-]+?)-mini(@[a-z]+)?", lambda m: f"{root}/{m[1]}-tiny{m[2] or ''}", b) for b in blocks
+    ]
+
+
 @pytest.fixture(scope="session")
 def client_results(folders, tmp_path_factory) -> dict:
     """Every client on every family's folders, in one child process without hf_bertology (imports paid once)."""
     tmp = tmp_path_factory.mktemp("clients")
     cases = [client_case(recipe, folder, tmp) for recipe, folder in folders.items()]
+    cases.append({"family": "docs", "snippets": loading_page_code(folders), "out": str(tmp / "docs")})
     done = subprocess.run(
         [sys.executable, str(REPO / "tests" / "clients_worker.py"), json.dumps(cases)],
         env=client_env(tmp),
@@ -181,3 +193,12 @@ def test_card_names_the_hub_dataset_and_the_repo(tmp_path):
     part = write_part_card(tmp_path / "generator", "generator", "electra-tiny", "electra", "`wikitext`")
     pushed_part = card_for_repo(part.read_text(), "me/electra", subfolder="generator")
     assert 'from_pretrained("me/electra", subfolder="generator")' in pushed_part and str(tmp_path) not in pushed_part
+
+
+def test_the_loading_page_runs(client_results):
+    """docs/loading.md: every Python block runs as written (on the tiny folders) without hf_bertology."""
+    docs = client_results["docs"]
+    assert docs["hf_bertology_importable"] is False
+    printed = ok(docs, "snippets")["printed"]
+    assert len(printed) == 3
+    assert "BertologyElectraForPreTraining BertologyRobertaForPreTraining" in printed[2]
