@@ -294,8 +294,8 @@ def plain_class_of(model: PreTrainedModel) -> type[PreTrainedModel] | None:
 
 
 def complete_backbone(model: PreTrainedModel, folder: Path) -> list[str]:
-    """Add to `folder`'s weights what the family's plain base model has and `model` lacks (RoBERTa's and SpanBERT's
-    pooler: `*ForMaskedLM` drops it, `*ForMultipleChoice` and BERT's classifiers use it). The values are the plain
+    """Add to `folder`'s weights what the family's plain base model has and `model` lacks (RoBERTa's pooler:
+    `RobertaForMaskedLM` has none, `RobertaForMultipleChoice` uses it). The values are the plain
     class's own initialisation under a fixed seed, so every `AutoModelFor*` load gets the same backbone and only the
     new task head is random; the released roberta-base ships such a pooler too."""
     import transformers
