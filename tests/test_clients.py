@@ -150,11 +150,13 @@ def test_every_client_on_the_folders_of_a_run(recipe, client_results):
 
 
 @pytest.mark.parametrize("recipe", FAMILIES)
-def test_config_and_card_name_what_plain_transformers_has(recipe, folders):
+def test_config_and_card_name_what_plain_transformers_has(recipe, folders, tmp_path):
     """Item 6 (and 1, 3): `architectures` is a transformers class, ours is under auto_map; the card's header has the
     task the folder serves, a license; a joint run's folder is no fill-mask model and says where the two networks
     are; every part folder has its own card."""
     import transformers
+
+    from hf_bertology.export import export_part
 
     folder = folders[recipe]
     config = json.loads((folder / "config.json").read_text())
@@ -171,6 +173,8 @@ def test_config_and_card_name_what_plain_transformers_has(recipe, folders):
             part_config = json.loads((folder / part / "config.json").read_text())
             assert "auto_map" not in part_config and hasattr(transformers, part_config["architectures"][0])
             assert f"pipeline_tag: {tag}" in (folder / part / "README.md").read_text()
+        exported = export_part(folder, tmp_path / "exported", "generator")  # `bertology export` writes a card too
+        assert "pipeline_tag: fill-mask" in (exported / "README.md").read_text()
     else:
         tag = "text-generation" if recipe.startswith("xlnet") else "fill-mask"
         assert f"pipeline_tag: {tag}" in header
@@ -204,7 +208,8 @@ def test_the_loading_page_runs(client_results):
     assert "BertologyElectraForPreTraining BertologyRobertaForPreTraining" in printed[2]
 
 
-@pytest.mark.parametrize("recipe", JOINT)
+# + a generator narrower than a factorised table (DeBERTa's embedding_size) and a shallower ModernBERT (layer_types)
+@pytest.mark.parametrize("recipe", [*JOINT, "electra-tiny@deberta", "deberta-v3-tiny@modernbert"])
 def test_exported_parts_are_the_joint_networks_and_resizable(recipe, tmp_path):
     """Item 2 and 3, in-process and fast: each part of a joint model (one with a module only ours has added to the
     generator, as a later generator head would be) written as the plain class loads with no missing or unexpected

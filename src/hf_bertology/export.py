@@ -50,6 +50,11 @@ def _write(model, checkpoint: Path, output_dir: Path, tokenizer=None) -> Path:
     return output_dir
 
 
+def _card(output_dir: Path, part: str, checkpoint: Path, variant: str) -> None:
+    """The exported folder's model card: what it holds and what to use it for (`hub.write_part_card`)."""
+    write_part_card(output_dir, part, recipe=checkpoint.name, variant=variant, corpus=f"see `{checkpoint}`")
+
+
 def _read_config(checkpoint: Path) -> dict:
     try:
         return json.loads((checkpoint / "config.json").read_text())
@@ -156,7 +161,9 @@ def export_electra(checkpoint: str | Path, output_dir: str | Path, part: str = "
         )
     model = plain_part(joint, part)
     logger.info("writing the ELECTRA %s (%s) to %s", part, type(model).__name__, output_dir)
-    return _write(model, checkpoint, output_dir)
+    _write(model, checkpoint, output_dir)
+    _card(output_dir, part, checkpoint, "electra")
+    return output_dir
 
 
 DEBERTA_V3_PARTS = {
@@ -184,16 +191,28 @@ def export_deberta_v3(checkpoint: str | Path, output_dir: str | Path, part: str 
         )
     model = plain_part(joint, part)
     logger.info("writing the DeBERTa-v3 %s (%s) to %s", part, type(model).__name__, output_dir)
-    return _write(model, checkpoint, output_dir)
+    _write(model, checkpoint, output_dir)
+    _card(output_dir, part, checkpoint, "deberta-v3")
+    return output_dir
 
 
 PARTS = ("discriminator", "generator")
 
 
+# Fields a family's modeling code reads with `getattr` though its config class has no default for them: DeBERTa's
+# factorised `embedding_size` (a composed generator narrower than the discriminator keeps the shared table's width).
+OPTIONAL_FIELDS = ("embedding_size",)
+
+
 def _plain_config(config, config_class):
-    """`config` as the family's own config: only the fields that class has (no recipe fields, no `auto_map`)."""
-    known = config_class().to_dict()
-    return config_class(**{k: v for k, v in config.to_dict().items() if k in known and k != "architectures"})
+    """`config` as the family's own config: only the fields that class has (no recipe fields, no `auto_map`).
+    `layer_types` is cut to the depth (a generator's config was made shallower after construction, and the network
+    built the first `num_hidden_layers` of them)."""
+    known = set(config_class().to_dict()) | set(OPTIONAL_FIELDS)
+    fields = {k: v for k, v in config.to_dict().items() if k in known and k != "architectures"}
+    if isinstance(fields.get("layer_types"), list):
+        fields["layer_types"] = fields["layer_types"][: fields["num_hidden_layers"]]
+    return config_class(**fields)
 
 
 def export_composed(checkpoint: str | Path, output_dir: str | Path, part: str = "generator") -> Path:
@@ -215,7 +234,9 @@ def export_composed(checkpoint: str | Path, output_dir: str | Path, part: str = 
         )
     model = plain_part(joint, part)
     logger.info("writing the %s (%s) to %s", part, type(model).__name__, output_dir)
-    return _write(model, checkpoint, output_dir)
+    _write(model, checkpoint, output_dir)
+    _card(output_dir, part, checkpoint, f"RTD on {model_type}")
+    return output_dir
 
 
 def is_joint(model) -> bool:

@@ -2,7 +2,9 @@
 
 A folder holds `config.json` (the family's `model_type` plus an `auto_map` naming our pretraining class),
 `model.safetensors`, the tokenizer, our modeling code (copied by `save_pretrained` for `trust_remote_code=True`)
-and a `README.md` model card. Plain `transformers` loads it without us.
+and a `README.md` model card. Plain `transformers` loads it without us: `architectures` names its own class, the
+weights hold every backbone parameter that class has. A joint run (two networks) adds vanilla `discriminator/` and
+`generator/` folders, each with its own card (`write_part_card`). docs/loading.md: which folder for which client.
 """
 
 from __future__ import annotations

@@ -44,6 +44,8 @@ class BertologyRobertaForPreTraining(RobertaPreTrainedModel):
     config_class = BertologyRobertaConfig
     _auto_class = "AutoModelForMaskedLM"
     accepts_loss_kwargs = True  # the loss is normalised by `num_items_in_batch`
+    # The saved folder also holds RobertaModel's pooler (for RobertaForMultipleChoice); pretraining never uses it.
+    _keys_to_ignore_on_load_unexpected = [r"^roberta\.pooler\."]
     _tied_weights_keys = {
         "lm_head.decoder.weight": "roberta.embeddings.word_embeddings.weight",
         "lm_head.decoder.bias": "lm_head.bias",
