@@ -139,6 +139,9 @@ def test_saved_folder_loads_in_plain_transformers(
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["plain"] == plain_name
     assert result["remote"] == type(model).__name__
-    assert result["missing"] == [] and result["unexpected"] == []
+    # RoBERTa folders also ship RobertaModel's pooler (for RobertaForMultipleChoice, issue 31), which
+    # RobertaForMaskedLM has no place for, as with the released roberta-base; nothing else is extra
+    pooler = ["roberta.pooler.dense.bias", "roberta.pooler.dense.weight"] if variant == "roberta" else []
+    assert result["missing"] == [] and sorted(result["unexpected"]) == pooler
     assert torch.allclose(torch.tensor(result["logits"]), expected, atol=1e-5)
     assert torch.allclose(torch.tensor(result["remote_logits"]), expected, atol=1e-5)
