@@ -244,3 +244,20 @@ def test_exported_parts_are_the_joint_networks_and_resizable(recipe, tmp_path):
     loss = generator(input_ids=ids, labels=labels).loss
     loss.backward()
     assert torch.isfinite(loss) and generator.get_input_embeddings().weight.grad.shape[0] == 128
+
+
+def test_pushing_a_joint_run_points_every_card_at_the_repo(folders, tmp_path):
+    """Item 6: pushed, the joint card and the part folders' cards load from the repository (`subfolder=`), never
+    from the local path."""
+    from hf_bertology.hub import push_folder
+    from hf_bertology.testing import HubServer
+
+    folder = folders["electra-tiny"]
+    with HubServer(root=tmp_path / "hub", token="hf_clients", user="tester") as hub:
+        push_folder(folder, "tester/electra", token="hf_clients", endpoint=hub.url)
+        top = hub.read_file("tester/electra", "README.md").decode()
+        assert 'from_pretrained("tester/electra", subfolder="generator")' in top and str(folder) not in top
+        for part in ("discriminator", "generator"):
+            card = hub.read_file("tester/electra", f"{part}/README.md").decode()
+            assert f'from_pretrained("tester/electra", subfolder="{part}")' in card and str(folder) not in card
+            assert hub.read_file("tester/electra", f"{part}/model.safetensors")
