@@ -180,7 +180,7 @@ def configure_attention(
     ones (accelerate slices those across processes by rows).
 
     `padding_free=None` means "where it pays": every variant whose attention is transformers' `AttentionInterface`
-    (not XLNet, DeBERTa-v3, ModernBERT), unless `implementation` names a kernel that cannot read a flat row (`sdpa`,
+    (not XLNet, DeBERTa-v3), unless `implementation` names a kernel that cannot read a flat row (`sdpa`,
     `eager`): then padded batches with that kernel. Returns `(model, collator)`.
     """
     from ..collators.flatten import PaddingFreeCollator, TargetPositionsCollator
