@@ -23,6 +23,7 @@ from hf_bertology.models.modernbert import (
     BertologyModernBertForPreTraining,
     configuration_modernbert,
 )
+from hf_bertology.models.modernbert.tiling import init_from_base, layer_mapping, tile_from_middle
 from hf_bertology.training.attention import PACKED_ATTENTION, set_attention
 from hf_bertology.training.trainer import BertologyTrainer
 
@@ -296,6 +297,40 @@ def test_masking_is_a_bernoulli_draw_per_token(tmp_path):
 
 
 # -- 6. Large -------------------------------------------------------------------------------------------------
+
+
+def test_tile_from_middle_by_hand():
+    """src/bert_layers/initialization.py:172-285 (`tile_weights_from_middle`), worked by hand."""
+    torch.testing.assert_close(
+        tile_from_middle(torch.tensor([1.0, 2.0, 3.0]), (7,)), torch.tensor([2.0, 3, 1, 2, 3, 1, 2])
+    )
+    w = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    expected = torch.tensor([[2.0, 1, 2, 1], [4, 3, 4, 3], [2, 1, 2, 1]])  # rows from the top, columns offset by 1
+    torch.testing.assert_close(tile_from_middle(w, (3, 4)), expected)
+    assert layer_mapping(22, 28)[:8] == [0, 1, 2, 2, 3, 4, 5, 6] and layer_mapping(22, 28)[-1] == 21
+    assert layer_mapping(2, 4) == [0, 0, 1, 1]  # round(1.5) = 2 would be past the base's last layer
+
+
+def test_large_starts_from_base_tiled():
+    base = tiny_model(seed=0)
+    large = tiny_model(seed=1, hidden_size=48, num_hidden_layers=4, intermediate_size=56, num_attention_heads=4)
+    init_from_base(base, large)
+    b, n = base.model, large.model
+    # new layer 3 <- base layer round(3 * 3 / 4) = 2; q, k, v tiled apart, and the GLU's halves
+    torch.testing.assert_close(
+        n.layers[3].attn.Wqkv.weight[48:96], tile_from_middle(b.layers[2].attn.Wqkv.weight[32:64], (48, 48))
+    )
+    torch.testing.assert_close(
+        n.layers[3].mlp.Wi.weight[56:], tile_from_middle(b.layers[2].mlp.Wi.weight[37:], (56, 48))
+    )
+    torch.testing.assert_close(n.layers[1].attn.Wo.weight[8:40, 8:40], b.layers[1].attn.Wo.weight)  # the middle
+    assert large.decoder.weight is n.embeddings.tok_embeddings.weight  # still tied
+    torch.testing.assert_close(n.embeddings.tok_embeddings.weight[:, 8:40], b.embeddings.tok_embeddings.weight)
+    # the same shapes: a copy
+    same = init_from_base(base, tiny_model(seed=2))
+    for (name, p), q in zip(base.state_dict().items(), same.state_dict().values()):
+        if "final_norm" not in name:
+            torch.testing.assert_close(q, p, msg=name)
 
 
 def test_docs_record_every_recipe_number():
