@@ -342,3 +342,23 @@ def test_docs_record_every_recipe_number():
         assert "docs/recipes/modernbert.md" in module.__doc__ or "docs/recipes/modernbert.md" in inspect.getsource(
             module
         )
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (the varlen flash kernel)")
+def test_cuda_varlen_kernel_keeps_the_local_window():
+    """ModernBERT's local layers on CUDA: the flash varlen kernel with `window_size_left/right = sliding_window - 1`
+    equals the re-padded SDPA path with the band |i - j| <= sliding_window - 1 (not run where no GPU was lent)."""
+    from hf_bertology.training import attention
+
+    lengths = [7, 128, 33, 90]
+    total = sum(lengths)
+    q, k, v = (torch.randn(1, 4, total, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    kwargs = {"cu_seq_lens_q": cu, "max_length_q": max(lengths), "sliding_window": 65}  # transformers: 64 + 1
+    assert attention.flash_varlen_applies(q)
+    fast, _ = attention.packed_attention_forward(torch.nn.Module(), q, k, v, None, scaling=0.125, **kwargs)
+    reference = attention._repad_sdpa(q.float(), k.float(), v.float(), cu, max(lengths), 0.0, 0.125, window=64)
+    assert (fast.float() - reference).norm() / reference.norm() < 1e-2
+    unwindowed = attention._repad_sdpa(q.float(), k.float(), v.float(), cu, max(lengths), 0.0, 0.125)
+    assert (unwindowed - reference).norm() / reference.norm() > 1e-2  # the window matters at these lengths
