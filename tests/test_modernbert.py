@@ -49,7 +49,8 @@ def test_presets_have_the_papers_sizes(size, layers, hidden, heads, expected):
         model = ModernBertModel(config)
     assert sum(p.numel() for p in model.parameters()) == expected
     training = hb.get_recipe(f"modernbert-{size}").training_defaults
-    assert training["lr_scheduler_type"] == "warmup_stable_decay" and training["adam_beta2"] == 0.98
+    # phase 1 of the official schedule: warmup, then constant (docs/recipes/modernbert.md)
+    assert training["lr_scheduler_type"] == "constant_with_warmup" and training["adam_beta2"] == 0.98
     assert training["learning_rate"] == {"base": 8e-4, "large": 5e-4}[size] and training["weight_decay"] == 1e-5
 
 
@@ -127,7 +128,8 @@ def test_thirty_percent_masking_80_10_10(tokenizer):
     body = torch.randint(low, len(tokenizer), (1600, 62), generator=gen).tolist()
     batch = collator([{"input_ids": [tokenizer.cls_token_id, *row, tokenizer.sep_token_id]} for row in body])
     chosen = batch["labels"].ne(-100)
-    assert (chosen.sum(1) == round(64 * 0.3)).all()  # exact count, no cap (~100k tokens)
+    # a Bernoulli draw per token over the 62 candidates (official sequence_packer.py), no cap (~100k tokens)
+    assert abs(chosen.sum(1).double().mean() - 62 * 0.3) < 0.2
     seen, original = batch["input_ids"][chosen], batch["labels"][chosen]
     masked = (seen == tokenizer.mask_token_id).float().mean()
     kept = (seen == original).float().mean()

@@ -126,7 +126,7 @@ OBJECTIVES = {
     "BCE over all tokens on Gumbel-sampled replacements, shared embeddings",
     "deberta-v3": "replaced-token detection (DeBERTa-v3): half-depth generator MLM (exact count, all [MASK]) + 50 x "
     "discriminator BCE over all tokens, gradient-disentangled embedding sharing (or ES/NES, see the recipe)",
-    "modernbert": "masked LM with 30% dynamic masking (80/10/10), packed blocks without padding, sparse prediction",
+    "modernbert": "masked LM with 30% dynamic masking (80/10/10), whole documents packed and kept apart, sparse prediction",
 }
 
 

@@ -25,6 +25,7 @@ SEQUENCE_KEYS: dict[str, int | None] = {
     "token_type_ids": 0,
     "word_starts": 1,
     "special_tokens_mask": 1,
+    "document_starts": 0,  # packed documents (data.packing.pack_documents): 1 at every document's first token
 }
 
 

@@ -17,6 +17,11 @@ What else changes, so that every head reads its own example:
 - `attention_mask` becomes `(1, T)` ones, so the Trainer's token counts (`num_items_in_batch`,
   `num_input_tokens_seen`) are those of the padded batch.
 
+**Packed documents.** Rows that hold several documents (`data.packing.pack_documents`, ModernBERT) carry
+`document_starts`; the units of the flat row are then the documents, not the rows: `cu_seq_lens_q/k`,
+`position_ids` and `packed_slots` are per document, so attention and RoPE positions restart at every document (as
+ModernBERT's official unpadded packing, cu_seqlens per document).
+
 Flattening is a cheap wrapper around the padded collators rather than a second code path in each of them: the
 masking statistics are exactly those of the padded batch (the same draws), which the tests check.
 
@@ -71,18 +76,48 @@ def flatten_batch(batch: dict[str, torch.Tensor]) -> dict[str, Any]:
             flat[key] = value.unsqueeze(0)  # (1, T, ...)
         else:
             flat[key] = value  # per-example keys: (B,), kept
-    positions = torch.arange(width).expand(rows, width)[real]  # restart at 0 in every example
-    flat["position_ids"] = positions.unsqueeze(0)  # (1, T)
+    starts = flat.pop("document_starts", None)
+    if starts is not None:  # packed documents: the units are the documents of every row
+        flat.update(document_units(starts[0].bool() | _row_starts(lengths)))
+    else:
+        positions = torch.arange(width).expand(rows, width)[real]  # restart at 0 in every example
+        flat["position_ids"] = positions.unsqueeze(0)  # (1, T)
+        flat["cu_seq_lens_q"] = flat["cu_seq_lens_k"] = cu_seqlens
+        flat["max_length_q"] = flat["max_length_k"] = longest
+        # Where each token sits in a (B, longest) layout, for attention kernels without variable lengths (the CPU):
+        # computed here once per batch rather than in every layer (and `bucketize` does not compile on every torch).
+        slots = torch.arange(rows)[:, None] * longest + torch.arange(width)[None, :]  # (B, L)
+        flat["packed_slots"] = slots[real]  # (T,)
     flat["attention_mask"] = torch.ones_like(flat["position_ids"])  # counts only: every token is real
-    flat["cu_seq_lens_q"] = flat["cu_seq_lens_k"] = cu_seqlens
-    flat["max_length_q"] = flat["max_length_k"] = longest
-    # Where each token sits in a (B, longest) layout, for attention kernels without variable lengths (the CPU):
-    # computed here once per batch rather than in every layer (and `bucketize` does not compile on every torch).
-    slots = torch.arange(rows)[:, None] * longest + torch.arange(width)[None, :]  # (B, L)
-    flat["packed_slots"] = slots[real]  # (T,)
     if any(key in batch for key in TARGET_POSITIONS.values()):  # they index the padded layout: index the flat one
         add_target_positions(flat)
     return flat
+
+
+def _row_starts(lengths: torch.Tensor) -> torch.Tensor:
+    """`(T,)` bool: True at the first token of every row of the flat batch (a row always starts a unit)."""
+    starts = torch.zeros(int(lengths.sum()), dtype=torch.bool)
+    starts[(lengths.cumsum(0) - lengths)[lengths > 0]] = True
+    return starts
+
+
+def document_units(starts: torch.Tensor) -> dict[str, Any]:
+    """The variable-length keys of a flat row whose units begin where `starts` (`(T,)` bool) is True."""
+    total = starts.numel()
+    begin = starts.nonzero().squeeze(1)  # (D,) first token of every document
+    cu_seqlens = torch.cat([begin, torch.tensor([total])]).to(torch.int32)
+    lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).long()
+    document = torch.repeat_interleave(torch.arange(len(begin)), lengths)  # (T,)
+    positions = torch.arange(total) - begin[document]  # restart at 0 in every document
+    longest = int(lengths.max())
+    return {
+        "position_ids": positions.unsqueeze(0),
+        "cu_seq_lens_q": cu_seqlens,
+        "cu_seq_lens_k": cu_seqlens,
+        "max_length_q": longest,
+        "max_length_k": longest,
+        "packed_slots": document * longest + positions,
+    }
 
 
 def add_target_positions(batch: dict[str, Any]) -> dict[str, Any]:

@@ -90,6 +90,10 @@ class DataCollatorForMaskedLM(ExampleSeeded):
     tokenizer's vocabulary) until the count is met; words that would overflow are skipped, so the count can fall
     short by less than one word. 80/10/10 is still drawn per token, as in BERT.
 
+    With `masking_draw="bernoulli"` every candidate is chosen independently with probability `mlm_probability`
+    instead (no exact count, no cap, token-level only): ModernBERT's official packer (AnswerDotAI/ModernBERT
+    `src/sequence_packer.py:mlm_masking`, pretraining_documentation branch, `rand < mask_prob`).
+
     Input features: dicts with `input_ids` (list of ints, special tokens included) and optionally `token_type_ids`,
     `word_starts`, `example_id` (not passed on), and per-example labels (`next_sentence_label`, ...) that are passed through.
     Output: `input_ids`, `attention_mask`, `labels` (-100 where nothing is predicted), and the pass-through keys.
@@ -101,6 +105,7 @@ class DataCollatorForMaskedLM(ExampleSeeded):
     mask_replace_prob: float = 0.8
     random_replace_prob: float = 0.1
     whole_word_mask: bool = False
+    masking_draw: str = "exact"  # "exact" (a count per sequence) | "bernoulli" (independent per token)
     pad_to_multiple_of: int | None = None
     seed: int | None = None
     return_tensors: str = "pt"
@@ -116,6 +121,10 @@ class DataCollatorForMaskedLM(ExampleSeeded):
             raise ValueError("mask_replace_prob and random_replace_prob must be >= 0 and sum to at most 1")
         if self.max_predictions_per_seq is not None and self.max_predictions_per_seq < 1:
             raise ValueError("max_predictions_per_seq must be >= 1 or None")
+        if self.masking_draw not in ("exact", "bernoulli"):
+            raise ValueError(f"masking_draw must be 'exact' or 'bernoulli', got {self.masking_draw!r}")
+        if self.masking_draw == "bernoulli" and (self.whole_word_mask or self.max_predictions_per_seq is not None):
+            raise ValueError("masking_draw='bernoulli' draws single tokens with no cap: no whole_word_mask, no cap")
         if self.return_tensors != "pt":
             raise ValueError("only return_tensors='pt' is supported")
         self._random = RandomSource(self.seed)
@@ -127,7 +136,8 @@ class DataCollatorForMaskedLM(ExampleSeeded):
     def from_config(cls, config, tokenizer: PreTrainedTokenizerBase, **overrides) -> DataCollatorForMaskedLM:
         """Build the collator a config's recipe describes (`mlm_probability`, `max_predictions_per_seq`, ...)."""
         names = ("mlm_probability", "max_predictions_per_seq", "mask_replace_prob", "random_replace_prob")
-        kwargs = {name: getattr(config, name) for name in names + ("whole_word_mask",) if hasattr(config, name)}
+        names += ("whole_word_mask", "masking_draw")
+        kwargs = {name: getattr(config, name) for name in names if hasattr(config, name)}
         kwargs.update(overrides)
         return cls(tokenizer=tokenizer, **kwargs)
 
@@ -162,6 +172,8 @@ class DataCollatorForMaskedLM(ExampleSeeded):
     ) -> torch.Tensor:
         """`(B, L)` bool: the positions to predict."""
         draws = self._draws_or_fresh(draws, len(input_ids))
+        if self.masking_draw == "bernoulli":
+            return candidates & (draws.uniform(CHOOSE, input_ids.shape[1]) < self.mlm_probability)
         budget = self.num_to_predict(attention.sum(1), candidates.sum(1))
         if self.whole_word_mask:
             if word_starts is None:

@@ -17,7 +17,7 @@ from transformers import PreTrainedTokenizerBase
 
 from ..utils import BertologyError
 from .corpus import expand_paths, load_corpus, read_documents, split_sentences
-from .packing import pack_sentences, pack_tokens
+from .packing import pack_documents, pack_sentences, pack_tokens
 from .pairs import build_nsp_pairs, build_sop_pairs
 from .segments import build_electra_segments
 from .tokenize import tokenize_corpus
@@ -35,6 +35,10 @@ def _doc_sentences(tokenized, tokenizer, config, max_seq_length, seed, num_proc)
 
 def _token_stream(tokenized, tokenizer, config, max_seq_length, seed, num_proc):
     return pack_tokens(tokenized, tokenizer, max_seq_length, num_proc=num_proc)
+
+
+def _packed_documents(tokenized, tokenizer, config, max_seq_length, seed, num_proc):
+    return pack_documents(tokenized, tokenizer, max_seq_length, num_proc=num_proc)
 
 
 def _nsp_pairs(tokenized, tokenizer, config, max_seq_length, seed, num_proc):
@@ -79,6 +83,7 @@ INPUT_FORMATS: dict[str, Callable] = {
     "xlnet_segments": _xlnet_segments,
     "electra_segments": _electra_segments,
     "token_stream": _token_stream,
+    "packed_documents": _packed_documents,
 }
 
 
@@ -106,6 +111,7 @@ __all__ = [
     "build_xlnet_segments",
     "expand_paths",
     "load_corpus",
+    "pack_documents",
     "pack_sentences",
     "pack_tokens",
     "read_documents",

@@ -6,9 +6,14 @@
 - DOC-SENTENCES: the same, but a block never crosses a document; the last block of a document may be short.
 
 A sentence longer than a block is cut into block-sized pieces. Each block is `[CLS] ... [SEP]` (`<s> ... </s>`).
+
+Also the token stream (`pack_tokens`, DeBERTa) and packed documents (`pack_documents`, ModernBERT: whole documents
+best-fit into rows, kept apart by the padding-free batch).
 """
 
 from __future__ import annotations
+
+import bisect
 
 import datasets
 from transformers import PreTrainedTokenizerBase
@@ -136,3 +141,86 @@ def pack_tokens(
     if isinstance(tokenized, datasets.Dataset):
         kwargs.update(num_proc=num_proc, desc="packed token stream")
     return tokenized.map(pack_token_batch, **kwargs)
+
+
+DOCUMENT_FEATURES = datasets.Features(
+    {
+        "input_ids": datasets.Sequence(datasets.Value("int32")),
+        "word_starts": datasets.Sequence(datasets.Value("int8")),
+        "document_starts": datasets.Sequence(datasets.Value("int8")),
+    }
+)
+
+
+def document_units(batch: dict[str, list], start_id: int, end_id: int, max_seq_length: int) -> tuple[list, list]:
+    """Every document as `[CLS] doc [SEP]` units of at most `max_seq_length` tokens: (ids, word starts) lists.
+
+    The official loader tokenizes a document with `truncation=True, max_length=max_seq_len` (AnswerDotAI/ModernBERT
+    `src/text_data.py:491`, pretraining_documentation branch), dropping the rest; here the rest of a long document
+    becomes further units, each `[CLS] piece [SEP]` with its own positions, so a small corpus is not mostly thrown
+    away (docs/recipes/modernbert.md).
+    """
+    capacity = max_seq_length - 2
+    units_ids, units_starts = [], []
+    for doc_ids, doc_starts in zip(batch["input_ids"], batch["word_starts"]):
+        ids = [token for sentence in doc_ids for token in sentence]
+        starts = [flag for sentence in doc_starts for flag in sentence]
+        for begin in range(0, len(ids), capacity):
+            units_ids.append([start_id, *ids[begin : begin + capacity], end_id])
+            units_starts.append([1, *starts[begin : begin + capacity], 1])
+    return units_ids, units_starts
+
+
+def best_fit_rows(lengths: list[int], capacity: int) -> list[list[int]]:
+    """Unit indices grouped into rows of at most `capacity` tokens: best-fit decreasing (each unit, longest first,
+    goes to the open row it fills most tightly), the packing the official `GreedyBestFitSequencePacker`
+    (`src/sequence_packer.py:find_best_fit`) does over its buffer."""
+    rows: list[list[int]] = []
+    spaces: list[tuple[int, int]] = []  # (remaining space, row index), sorted
+    for index in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        at = bisect.bisect_left(spaces, (lengths[index], -1))
+        if at == len(spaces):
+            rows.append([index])
+            space, row = capacity - lengths[index], len(rows) - 1
+        else:
+            space, row = spaces.pop(at)
+            rows[row].append(index)
+            space -= lengths[index]
+        if space > 0:
+            bisect.insort(spaces, (space, row))
+    return rows
+
+
+def pack_document_batch(batch: dict[str, list], start_id: int, end_id: int, max_seq_length: int) -> dict[str, list]:
+    units_ids, units_starts = document_units(batch, start_id, end_id, max_seq_length)
+    out: dict[str, list] = {"input_ids": [], "word_starts": [], "document_starts": []}
+    for row in best_fit_rows([len(u) for u in units_ids], max_seq_length):
+        out["input_ids"].append([token for i in row for token in units_ids[i]])
+        out["word_starts"].append([flag for i in row for flag in units_starts[i]])
+        out["document_starts"].append([int(j == 0) for i in row for j in range(len(units_ids[i]))])
+    return out
+
+
+def pack_documents(
+    tokenized: datasets.Dataset | datasets.IterableDataset,
+    tokenizer: PreTrainedTokenizerBase,
+    max_seq_length: int,
+    num_proc: int | None = None,
+) -> datasets.Dataset | datasets.IterableDataset:
+    """Rows of at most `max_seq_length` tokens, each holding whole documents (`[CLS] doc [SEP]` units, see
+    `document_units`) packed best-fit within each 1,000-document batch, with `document_starts` (1 at every unit's
+    first token). A padding-free batch (`collators.flatten`) then attends and counts positions per document, as
+    ModernBERT's official unpadded sequence packing (`src/sequence_packer.py`, cu_seqlens per document)."""
+    if max_seq_length < 3:
+        raise BertologyError(f"max_seq_length must be at least 3, got {max_seq_length}")
+    start_id, end_id = block_tokens(tokenizer)
+    kwargs = {
+        "batched": True,
+        "batch_size": 1000,
+        "remove_columns": tokenized.column_names,
+        "features": DOCUMENT_FEATURES,
+        "fn_kwargs": {"start_id": start_id, "end_id": end_id, "max_seq_length": max_seq_length},
+    }
+    if isinstance(tokenized, datasets.Dataset):
+        kwargs.update(num_proc=num_proc, desc="packed documents")
+    return tokenized.map(pack_document_batch, **kwargs)

@@ -15,7 +15,8 @@ forward, so a registered function sees `cu_seq_lens_q` / `max_length_q` without 
 
 `flex_attention` would need a block mask rebuilt every batch plus compilation to be fast; it is not used.
 XLNet and DeBERTa-v3 keep padded batches: their attention (two-stream relative, disentangled) is their own code, not
-an `AttentionInterface` call; ModernBERT's batches have no padding to remove (its stream fills every row).
+an `AttentionInterface` call. ModernBERT's layers call it too and add `sliding_window` on their local layers, which
+both paths honour; its batches are documents (`cu_seq_lens_q` per document, not per row: `collators.flatten`).
 """
 
 from __future__ import annotations
@@ -35,10 +36,11 @@ PACKED_ATTENTION = "sdpa_packed"
 PACKED_IMPLEMENTATIONS = (PACKED_ATTENTION, "flash_attention_2", "flash_attention_3", "flash_attention_4")
 
 
-def _repad_sdpa(query, key, value, cu_seqlens, max_len, dropout, scaling, slots=None):
+def _repad_sdpa(query, key, value, cu_seqlens, max_len, dropout, scaling, slots=None, window=None):
     """SDPA over each example of a flat `(1, H, T, D)` batch: scatter into `(B, H, max_len, D)`, attend, gather.
 
     `slots` (`(T,)`): each token's place `row * max_len + col` (the collator's `packed_slots`); else derived here.
+    `window`: keys at most this far from the query (ModernBERT's local layers), else every key of the example.
     """
     _, heads, total, dim = query.shape
     rows = cu_seqlens.numel() - 1
@@ -49,7 +51,10 @@ def _repad_sdpa(query, key, value, cu_seqlens, max_len, dropout, scaling, slots=
         slots = row * max_len + (token - cu[row])
     slots = slots.to(query.device)
     lengths = cu[1:] - cu[:-1]
-    keep = torch.arange(max_len, device=cu.device)[None, :] < lengths[:, None]  # (B, max_len)
+    col = torch.arange(max_len, device=cu.device)
+    keep = (col[None, :] < lengths[:, None])[:, None, None, :]  # (B, 1, 1, max_len)
+    if window is not None:
+        keep = keep & ((col[:, None] - col[None, :]).abs() <= window)  # (B, 1, max_len, max_len)
 
     def pad(x):  # (1, H, T, D) -> (B, H, max_len, D)
         out = x.new_zeros(rows * max_len, heads, dim)
@@ -57,19 +62,31 @@ def _repad_sdpa(query, key, value, cu_seqlens, max_len, dropout, scaling, slots=
         return out.view(rows, max_len, heads, dim).transpose(1, 2)
 
     out = F.scaled_dot_product_attention(
-        pad(query), pad(key), pad(value), attn_mask=keep[:, None, None, :], dropout_p=dropout, scale=scaling
+        pad(query), pad(key), pad(value), attn_mask=keep, dropout_p=dropout, scale=scaling
     )  # (B, H, max_len, D)
     out = out.transpose(1, 2).reshape(rows * max_len, heads, dim)[slots]  # (T, H, D)
     return out.unsqueeze(0)  # (1, T, H, D)
 
 
-def _flash_varlen(query, key, value, cu_seqlens, max_len, dropout, scaling):
+def _flash_varlen(query, key, value, cu_seqlens, max_len, dropout, scaling, window=None):
     """FlashAttention's variable-length kernel as torch ships it (`aten._flash_attention_forward`, differentiable,
     with attention dropout, which `torch.nn.attention.varlen.varlen_attn` does not take): no padding at all."""
     q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))  # (T, H, D)
     cu = cu_seqlens.to(torch.int32)
     out = torch.ops.aten._flash_attention_forward(
-        q, k, v, cu, cu, max_len, max_len, dropout, False, False, scale=scaling
+        q,
+        k,
+        v,
+        cu,
+        cu,
+        max_len,
+        max_len,
+        dropout,
+        False,
+        False,
+        scale=scaling,
+        window_size_left=window,
+        window_size_right=window,
     )[0]  # (T, H, D)
     return out.unsqueeze(0)  # (1, T, H, D)
 
@@ -108,10 +125,14 @@ def packed_attention_forward(
     if max_len is None:
         max_len = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
     cu_seqlens = cu_seqlens.to(query.device)
+    # ModernBERT's local layers pass `sliding_window` in flash-attention's convention (transformers'
+    # modeling_flash_attention_utils: window_size = sliding_window - 1 on each side, i.e. |i - j| <= sliding_window - 1).
+    sliding_window = kwargs.get("sliding_window")
+    window = None if sliding_window is None else int(sliding_window) - 1
     if flash_varlen_applies(query):
-        return _flash_varlen(query, key, value, cu_seqlens, max_len, dropout, scaling), None
+        return _flash_varlen(query, key, value, cu_seqlens, max_len, dropout, scaling, window), None
     slots = kwargs.get("packed_slots")
-    return _repad_sdpa(query, key, value, cu_seqlens, max_len, dropout, scaling, slots), None
+    return _repad_sdpa(query, key, value, cu_seqlens, max_len, dropout, scaling, slots, window), None
 
 
 def register_packed_attention() -> str:
@@ -159,7 +180,7 @@ def configure_attention(
     ones (accelerate slices those across processes by rows).
 
     `padding_free=None` means "where it pays": every variant whose attention is transformers' `AttentionInterface`
-    (not XLNet, DeBERTa-v3, ModernBERT), unless `implementation` names a kernel that cannot read a flat row (`sdpa`,
+    (not XLNet, DeBERTa-v3), unless `implementation` names a kernel that cannot read a flat row (`sdpa`,
     `eager`): then padded batches with that kernel. Returns `(model, collator)`.
     """
     from ..collators.flatten import PaddingFreeCollator, TargetPositionsCollator

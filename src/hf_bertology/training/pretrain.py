@@ -139,8 +139,8 @@ class DataArguments:
         default=None,
         metadata={
             "help": "Flatten every batch into one row of real tokens (no compute on padding; attention stays inside "
-            "each example). Default: on for every recipe whose attention allows it (not XLNet, DeBERTa-v3, "
-            "ModernBERT), except with --streaming or an --attn_implementation that reads padded batches only."
+            "each example). Default: on for every recipe whose attention allows it (not XLNet, DeBERTa-v3), "
+            "except with --streaming or an --attn_implementation that reads padded batches only."
         },
     )
 
