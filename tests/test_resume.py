@@ -116,6 +116,12 @@ def test_kill_and_resume_equals_an_uninterrupted_run(tmp_path):
     run_kill_and_resume(tiny_recipes()[0], tmp_path)
 
 
+def test_kill_and_resume_a_streamed_run(tmp_path):
+    """`--streaming` (0 workers): each streamed example's masks are keyed by its position in the stream, and the
+    Trainer reads the stream again up to the checkpoint's step, so a kill -9 and a resume end bitwise equal too."""
+    run_kill_and_resume(tiny_recipes()[0], tmp_path, "--streaming")
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_saves_the_step_it_stopped_at(tmp_path, sig):
     """Ctrl-C (or a scheduler's SIGTERM) in the middle of a run: the step under way finishes, a complete checkpoint
