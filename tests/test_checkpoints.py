@@ -340,3 +340,37 @@ def test_an_unmarked_first_checkpoint_is_not_resumed(tmp_path, tokenizer_dir, ca
 
 if sys.platform == "win32":  # pragma: no cover
     pytestmark = pytest.mark.skip("fcntl locks and os._exit deaths are POSIX")
+
+
+# -- 14: node-local output folders ------------------------------------------------------------------------------------
+NODE_LOCAL = """
+import json, os, sys
+from hf_bertology import cli
+argv = [arg.replace("NODE", os.environ["RANK"]) for arg in json.loads(sys.argv[1])]
+sys.exit(cli.main(["pretrain", *argv]))
+"""
+
+
+def test_node_local_output_folders_are_refused(tmp_path, tokenizer_dir):
+    """Two processes whose `--output_dir` is not one folder (as two nodes each writing their own disk; here each
+    rank gets its own path): every process stops with one line before reading the corpus, nothing is written."""
+    worker = tmp_path / "node_local.py"
+    worker.write_text(NODE_LOCAL)
+    args = argv(tokenizer_dir, tmp_path / "node-NODE", 2, "--ddp_backend", "gloo")[1:]
+    launcher = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    done = subprocess.run(
+        [*launcher, str(worker), json.dumps(args)],
+        env=subprocess_env(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode != 0
+    # one line per process (their lines may interleave); the only traceback is the launcher's ChildFailedError
+    said = re.findall(
+        r"error: --output_dir \S+ is not one folder for all 2 processes: .*? shared filesystem", done.stderr
+    )
+    assert len(said) == 2 and "hf_bertology/" not in done.stderr, done.stderr[-3000:]
+    for rank in (0, 1):
+        assert not checkpoints.list_checkpoints(tmp_path / f"node-{rank}")
