@@ -273,10 +273,10 @@ import os, sys, shutil, torch
 from hf_bertology import cli
 from hf_bertology.training import checkpoints
 point, step = sys.argv[1], sys.argv[2]
-if point == "save":  # die after the weights of checkpoint-STEP, before its optimizer and marker
+if point != "rotate":  # die as checkpoint-STEP's file POINT* is saved (optimizer.pt: after the weights)
     save = torch.save
     def dying(obj, f, *a, **k):
-        if f"checkpoint-{step}" in str(f) and str(f).endswith("optimizer.pt"):
+        if f"checkpoint-{step}" in str(f) and os.path.basename(str(f)).startswith(point):
             os._exit(9)
         return save(obj, f, *a, **k)
     torch.save = dying
@@ -307,7 +307,7 @@ def test_killed_while_saving_again_over_a_complete_checkpoint(tmp_path, tokenize
     shutil.copytree(out, reference)  # the same run resumed from checkpoint-2 without dying
     resume_2 = ("--resume_from_checkpoint", str(reference / "checkpoint-2"))
     assert cli.main(argv(tokenizer_dir, reference, 6, "--save_total_limit", "5", *resume_2)) == 0
-    die_at("save", 4, argv(tokenizer_dir, out, 6, "--resume_from_checkpoint", str(out / "checkpoint-2")))
+    die_at("optimizer.pt", 4, argv(tokenizer_dir, out, 6, "--resume_from_checkpoint", str(out / "checkpoint-2")))
     assert verify(out / "checkpoint-4") is not None and last_complete_checkpoint(out) == out / "checkpoint-2"
     assert cli.main(argv(tokenizer_dir, out, 6, "--resume_from_checkpoint", "last")) == 0
     expected, got = load_file(reference / "model.safetensors"), load_file(out / "model.safetensors")
@@ -327,10 +327,12 @@ def test_killed_while_rotating(tmp_path, tokenizer_dir):
 
 
 def test_an_unmarked_first_checkpoint_is_not_resumed(tmp_path, tokenizer_dir, capsys):
-    """Item 12: the run's only checkpoint was cut off (no marker): `last` starts over, saying why."""
+    """Item 12: the run's only checkpoint was cut off after its weights and trainer_state.json, before the collator's
+    RNG states and the marker (before: a fallback took it for complete, and the run ended with other weights):
+    `last` starts over, saying why."""
     out = tmp_path / "out"
-    die_at("save", 2, argv(tokenizer_dir, out, 4))
-    assert (out / "checkpoint-2" / "model.safetensors").is_file() and not (out / "checkpoint-2" / MARKER).exists()
+    die_at("collator_rng_state", 2, argv(tokenizer_dir, out, 4))
+    assert (out / "checkpoint-2" / "trainer_state.json").is_file() and not (out / "checkpoint-2" / MARKER).exists()
     capsys.readouterr()
     assert cli.main(argv(tokenizer_dir, out, 2, "--resume_from_checkpoint", "last")) == 0
     err = capsys.readouterr().err
