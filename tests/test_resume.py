@@ -116,10 +116,12 @@ def test_kill_and_resume_equals_an_uninterrupted_run(tmp_path):
     run_kill_and_resume(tiny_recipes()[0], tmp_path)
 
 
-def test_kill_and_resume_a_streamed_run(tmp_path):
-    """`--streaming` (0 workers): each streamed example's masks are keyed by its position in the stream, and the
-    Trainer reads the stream again up to the checkpoint's step, so a kill -9 and a resume end bitwise equal too."""
-    run_kill_and_resume(tiny_recipes()[0], tmp_path, "--streaming")
+@pytest.mark.parametrize("workers", ["0", pytest.param("2", marks=pytest.mark.slow)])
+def test_kill_and_resume_a_streamed_run(tmp_path, workers):
+    """`--streaming`: each streamed example's masks are keyed by its position in the stream, and the Trainer reads
+    the stream again up to the checkpoint's step, so a kill -9 and a resume end bitwise equal too (with workers as
+    well: each reads its shards in the same order again)."""
+    run_kill_and_resume(tiny_recipes()[0], tmp_path, "--streaming", "--dataloader_num_workers", workers)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])

@@ -112,7 +112,10 @@ class ExampleIds(torch.utils.data.Dataset):
 
 
 def stream_position(example: dict, index: int) -> dict:
-    return {EXAMPLE_ID: index}
+    """A streamed example's id: its position in this epoch's stream. A DataLoader worker reads its own shards and
+    counts from 0, so the position is interleaved with the worker's number: ids stay distinct across workers."""
+    worker = torch.utils.data.get_worker_info()
+    return {EXAMPLE_ID: index if worker is None else index * worker.num_workers + worker.id}
 
 
 def is_map_style(dataset) -> bool:
