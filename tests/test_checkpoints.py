@@ -199,6 +199,14 @@ def test_a_live_run_holds_its_folder_and_a_dead_one_does_not(tmp_path, tokenizer
     assert not (out / checkpoints.LOCK_NAME).exists()  # released: a later run starts without a stale line
 
 
+def test_an_output_dir_that_cannot_be_a_folder_is_one_line(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(BertologyError, match="is a file, not a folder"):
+        RunLock(tmp_path / "file").acquire()
+    with pytest.raises(BertologyError, match="cannot write to --output_dir"):
+        RunLock(tmp_path / "file" / "below").acquire()
+
+
 # -- 4: a finished run stays finished --------------------------------------------------------------------------------
 def test_a_finished_run_stays_finished(tmp_path, tokenizer_dir, capsys):
     out = tmp_path / "out"

@@ -256,9 +256,15 @@ class RunLock:
         except ImportError:  # pragma: no cover - Windows
             logger.warning("no fcntl on this platform: %s is not locked against a second run", self.path.parent)
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        folder = self.path.parent
+        if folder.exists() and not folder.is_dir():
+            raise BertologyError(f"--output_dir {folder} is a file, not a folder")
         for _ in range(3):  # the holder may remove the file between our open and our lock: open it again
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            except OSError as err:
+                raise BertologyError(f"cannot write to --output_dir {folder}: {err.strerror or err}") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as err:
