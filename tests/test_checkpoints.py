@@ -162,6 +162,9 @@ def test_rotation_goes_by_step_and_keeps_the_newest_complete(tmp_path):
         "checkpoint-10",
     ]
     assert last_complete_checkpoint(tmp_path).name == "checkpoint-4"
+    # a run resumed from an earlier checkpoint has just marked checkpoint-4 again: kept, though older than 8 and 10
+    fake_checkpoint(tmp_path / "checkpoint-12", 12)
+    assert [p.name for p in rotate(tmp_path, limit=2, just_marked=tmp_path / "checkpoint-4")] == ["checkpoint-8"]
 
 
 # -- 1: one run per folder ----------------------------------------------------------------------------------------------

@@ -200,16 +200,24 @@ def prepare_folder(folder: str | os.PathLike) -> None:
         shutil.rmtree(folder)
 
 
-def rotate(output_dir: str | os.PathLike, limit: int | None, keep: tuple = ()) -> list[Path]:
+def rotate(
+    output_dir: str | os.PathLike, limit: int | None, keep: tuple = (), just_marked: Path | None = None
+) -> list[Path]:
     """Delete the oldest checkpoints (by step) beyond `limit`; never the newest complete one nor those in `keep`
-    (the best model's). The deleted folders."""
+    (the best model's). `just_marked`: the checkpoint the caller has just marked, if it is the newest (its files
+    are not read again). The deleted folders."""
     if not limit or limit <= 0:
         return []
     checkpoints = list_checkpoints(output_dir)
     if len(checkpoints) <= limit:
         return []
     protected = set(checkpoints[-limit:]) | {Path(p) for p in keep if p}
-    newest = next((p for p in reversed(checkpoints) if verify(p) is None), None)
+    if just_marked is not None:  # this run's newest complete checkpoint, even below an older run's newer ones
+        protected.add(Path(just_marked))
+    if just_marked is not None and Path(just_marked) == checkpoints[-1]:
+        newest = checkpoints[-1]
+    else:
+        newest = next((p for p in reversed(checkpoints) if verify(p) is None), None)
     if newest is not None:
         protected.add(newest)
     deleted = [p for p in checkpoints if p not in protected]

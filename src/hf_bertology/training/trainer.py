@@ -309,7 +309,7 @@ class BertologyTrainer(Trainer):
         finally:
             self.args.save_total_limit = limit
         if self.args.should_save:
-            rotate(run_dir, limit, keep=(self.state.best_model_checkpoint,))
+            rotate(run_dir, limit, keep=(self.state.best_model_checkpoint,), just_marked=folder)
 
     # -- 2. component losses ---------------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
