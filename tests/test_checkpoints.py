@@ -387,3 +387,22 @@ def test_node_local_output_folders_are_refused(tmp_path, tokenizer_dir):
     assert len(said) == 2 and "hf_bertology/" not in done.stderr, done.stderr[-3000:]
     for rank in (0, 1):
         assert not checkpoints.list_checkpoints(tmp_path / f"node-{rank}")
+
+
+@pytest.mark.slow
+def test_a_two_process_checkpoint_is_refused_to_one_process(tmp_path, tokenizer_dir, capsys):
+    """Item 13 end to end: a real 2-process run (torchrun, gloo) marks its checkpoints with world size 2 (rank 0
+    digests rank 1's RNG file too); resuming it with 1 process is refused in one line."""
+    worker = tmp_path / "launch.py"
+    worker.write_text(NODE_LOCAL)
+    out = tmp_path / "out"
+    args = argv(tokenizer_dir, out, 2, "--ddp_backend", "gloo")[1:]
+    launcher = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    done = subprocess.run(
+        [*launcher, str(worker), json.dumps(args)], env=subprocess_env(), cwd=tmp_path, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    marker = json.loads((out / "checkpoint-2" / MARKER).read_text())
+    assert marker["world_size"] == 2 and {"rng_state_0.pth", "rng_state_1.pth"} <= set(marker["files"])
+    assert cli.main(argv(tokenizer_dir, out, 4, "--resume_from_checkpoint", "last")) == 2
+    assert "saved by a run of 2 process(es) and this run has 1" in capsys.readouterr().err
