@@ -417,8 +417,8 @@ def resolve_resume(value: str | None, output_dir: str, world_size: int | None = 
         if checkpoint is None:
             logger.warning("no complete checkpoint in %s yet: training from scratch", output_dir)
             return None
-        logger.info("resuming from %s", checkpoint)
         check_checkpoint(checkpoint, world_size)
+        logger.info("resuming from %s", checkpoint)
         return str(checkpoint)
     if not Path(value).is_dir():
         raise BertologyError(f"--resume_from_checkpoint {value}: no such checkpoint folder")
