@@ -58,7 +58,7 @@ from ..utils import (
 )
 from .attention import configure_attention
 from .callbacks import SaveOnInterrupt, callbacks_for
-from .trainer import is_complete_checkpoint, last_complete_checkpoint, list_checkpoints
+from .checkpoints import apply_umask, check_checkpoint, finished_step, list_checkpoints, newest_complete, run_lock
 
 
 @dataclass
@@ -405,33 +405,54 @@ def trainer_class(name: str) -> type:
 RESUME_LAST = ("true", "last", "latest", "yes")
 
 
-def resolve_resume(value: str | None, output_dir: str) -> str | None:
+def resolve_resume(value: str | None, output_dir: str, world_size: int | None = None) -> str | None:
     """`--resume_from_checkpoint`: a checkpoint folder, or `true`/`last` for the newest *complete* checkpoint in
-    output_dir (none yet: start from scratch, so one command line both starts and resumes a preemptible job)."""
+    output_dir (none yet: start from scratch, so one command line both starts and resumes a preemptible job).
+    Completeness, damage and the process count are `checkpoints`' to judge; the folders `last` skips are named."""
     if value is None or str(value).lower() in ("", "false", "none", "no"):
         return None
     if str(value).lower() in RESUME_LAST:
-        checkpoint = last_complete_checkpoint(output_dir)
+        checkpoint, skipped = newest_complete(output_dir)
+        if skipped:
+            logger.warning("skipped %s", "; ".join(f"{path.name}: {reason}" for path, reason in skipped))
         if checkpoint is None:
             logger.warning("no complete checkpoint in %s yet: training from scratch", output_dir)
             return None
+        check_checkpoint(checkpoint, world_size)
         logger.info("resuming from %s", checkpoint)
         return str(checkpoint)
     if not Path(value).is_dir():
         raise BertologyError(f"--resume_from_checkpoint {value}: no such checkpoint folder")
-    if not is_complete_checkpoint(value) and not (Path(value) / "trainer_state.json").exists():
-        if (Path(value) / "all_results.json").exists() or list_checkpoints(value):
-            raise BertologyError(
-                f"--resume_from_checkpoint {value}: a run's output folder, not a checkpoint; pass one of its "
-                f"checkpoint-N folders, `last` with --output_dir {value}, or --model_name_or_path {value} to start a "
-                "new run from its weights"
-            )
-    if not is_complete_checkpoint(value):
+    if not (Path(value) / "trainer_state.json").exists() and (
+        (Path(value) / "all_results.json").exists() or list_checkpoints(value)
+    ):
         raise BertologyError(
-            f"--resume_from_checkpoint {value}: the checkpoint is incomplete (its run was stopped while saving); "
-            "pass an earlier one or `last`"
+            f"--resume_from_checkpoint {value}: a run's output folder, not a checkpoint; pass one of its "
+            f"checkpoint-N folders, `last` with --output_dir {value}, or --model_name_or_path {value} to start a "
+            "new run from its weights"
         )
+    check_checkpoint(value, world_size)
     return value
+
+
+def already_finished(resume_from: str | None, training_args: TrainingArguments) -> dict | None:
+    """A finished run asked to resume with the same (or a smaller) `--max_steps`: nothing to train. Says so, and
+    returns the run's metrics (its `all_results.json`, if written); None when there is training to do."""
+    step = finished_step(resume_from, training_args.max_steps) if resume_from else None
+    if step is None:
+        return None
+    results = Path(training_args.output_dir) / "all_results.json"
+    logger.warning(
+        "%s is at step %d and --max_steps is %d: nothing to train (raise --max_steps to continue)%s",
+        resume_from,
+        step,
+        training_args.max_steps,
+        "" if results.is_file() else f"; its final folder was not written: the weights are in {resume_from}",
+    )
+    try:
+        return json.loads(results.read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def check_resume(checkpoint: str, recipe: Recipe) -> None:
@@ -731,6 +752,7 @@ def write_outputs(trainer, recipe: Recipe, data_args: DataArguments, metrics: di
         write_part_folders(
             trainer.model, trainer.processing_class, output_dir, **card, dataset_name=data_args.dataset_name
         )
+        apply_umask(output_dir)  # safetensors writes 0600
         shutil.rmtree(Path(output_dir) / "tokenizer-trained", ignore_errors=True)  # the ranks' hand-over copy
         train_logs = [log for log in trainer.state.log_history if "loss" in log]
         final_losses = {k: v for k, v in (train_logs[-1] if train_logs else {}).items() if k.endswith("loss")}
@@ -778,10 +800,20 @@ def run_pretraining(
     recipe = build_recipe(model_args)
     training_args = training_arguments(training_args, recipe, explicit, data_args.streaming)
     check_sizes(model_args, data_args, training_args)
-    resume_from = resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
+    with run_lock(training_args.output_dir, training_args.process_index == 0):  # one run per folder
+        return train_in_folder(model_args, data_args, training_args, recipe, callbacks)
+
+
+def train_in_folder(model_args, data_args, training_args, recipe: Recipe, callbacks: list | None = None) -> dict:
+    """`run_pretraining` once the output folder is this run's (locked): resume or start, train, write."""
+    resume_from = resolve_resume(
+        training_args.resume_from_checkpoint, training_args.output_dir, training_args.world_size
+    )
     check_output_dir(data_args, training_args, resume_from)
     if resume_from is not None:
         check_resume(resume_from, recipe)
+        if (finished := already_finished(resume_from, training_args)) is not None:
+            return finished
     set_seed(training_args.seed)
     corpus, eval_corpus = load_corpora(data_args, training_args)
     tokenizer = build_tokenizer(model_args, recipe, corpus, training_args, resume_from)

@@ -36,10 +36,12 @@ And three things for long runs that are killed and resumed:
    replay them: those batches get their original masks, then the checkpoint's state is restored (python, numpy,
    torch) before the next collation, exactly where the uninterrupted run stood. (Without ids this holds with
    `dataloader_num_workers=0` only: worker processes hold RNG states of their own that no checkpoint saves.)
-5. **Complete checkpoints are marked.** The stock Trainer writes `checkpoint-N` file by
-file; a run killed in the middle leaves a folder that `get_last_checkpoint` picks and resuming fails on. Once every
-process has written its part, we add `checkpoint-N/COMPLETE_MARKER`; `last_complete_checkpoint` (what
-`--resume_from_checkpoint last` uses) skips folders without it.
+5. **Complete checkpoints are marked.** The stock Trainer writes `checkpoint-N` file by file and rotates by mtime.
+   Once every process has written its part, `checkpoints.mark_complete` adds a marker holding every file's digest;
+   `--resume_from_checkpoint last` takes the newest folder that `checkpoints.verify` accepts; rotation goes by step,
+   after marking, and keeps the newest complete checkpoint; a failed save (disk full) is one line (`checkpoints`).
+   A streamed example carries its position in the stream as its id (the Trainer re-reads the stream from its start
+   when resuming), so its masks are keyed like a map-style example's and a streamed run resumes exactly too.
 
 And two for speed on a GPU:
 
@@ -58,9 +60,7 @@ And two for speed on a GPU:
 
 from __future__ import annotations
 
-import json
 import os
-import re
 from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
@@ -72,44 +72,24 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..collators.base import EXAMPLE_ID, CollatorWrapper
 from ..utils import logger
+from .checkpoints import (
+    MARKER,
+    last_complete_checkpoint,
+    list_checkpoints,  # noqa: F401 (imported from here by callers before `checkpoints` existed)
+    mark_complete,
+    prepare_folder,
+    rotate,
+    save_failed,
+    verify,
+)
 
-COMPLETE_MARKER = "checkpoint_complete.json"
+COMPLETE_MARKER = MARKER  # the name tests and older callers import from here
 EVAL_EPOCH = -1  # the collator's epoch while evaluating: one set of masks for every evaluation, none a training one
-_CHECKPOINT = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
 
 
 def is_complete_checkpoint(path: str | os.PathLike) -> bool:
-    """A checkpoint every process finished writing: it holds our marker, or (written by a plain Trainer, which
-    writes `trainer_state.json` last) a readable `trainer_state.json` next to weights."""
-    path = Path(path)
-    if (path / COMPLETE_MARKER).is_file():
-        return True
-    try:
-        json.loads((path / "trainer_state.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return any(path.glob("*.safetensors")) or (path / "pytorch_model.bin").is_file()
-
-
-def list_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
-    """`checkpoint-N` folders of `output_dir`, by step."""
-    output_dir = Path(output_dir)
-    if not output_dir.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in output_dir.iterdir() if p.is_dir() and (m := _CHECKPOINT.match(p.name))]
-    return [p for _, p in sorted(found)]
-
-
-def last_complete_checkpoint(output_dir: str | os.PathLike) -> Path | None:
-    """The newest complete checkpoint in `output_dir` (unlike `transformers.trainer_utils.get_last_checkpoint`,
-    which returns the newest folder, finished or not). Where any checkpoint carries our marker, only marked ones
-    count; a folder without any marker is judged by `is_complete_checkpoint`."""
-    checkpoints = list_checkpoints(output_dir)
-    if any((p / COMPLETE_MARKER).is_file() for p in checkpoints):  # our run: only the marker counts
-        complete = [p for p in checkpoints if (p / COMPLETE_MARKER).is_file()]
-    else:
-        complete = [p for p in checkpoints if is_complete_checkpoint(p)]
-    return complete[-1] if complete else None
+    """A checkpoint every process finished writing, whose files are as they were saved (`checkpoints.verify`)."""
+    return verify(path) is None
 
 
 class ExampleIds(torch.utils.data.Dataset):
@@ -129,6 +109,13 @@ class ExampleIds(torch.utils.data.Dataset):
         getitems = getattr(self.dataset, "__getitems__", None)
         rows = getitems(indices) if getitems is not None else [self.dataset[i] for i in indices]
         return [{EXAMPLE_ID: int(i), **row} for i, row in zip(indices, rows)]
+
+
+def stream_position(example: dict, index: int) -> dict:
+    """A streamed example's id: its position in this epoch's stream. A DataLoader worker reads its own shards and
+    counts from 0, so the position is interleaved with the worker's number: ids stay distinct across workers."""
+    worker = torch.utils.data.get_worker_info()
+    return {EXAMPLE_ID: index if worker is None else index * worker.num_workers + worker.id}
 
 
 def is_map_style(dataset) -> bool:
@@ -230,6 +217,8 @@ class BertologyTrainer(Trainer):
             dataset = ExampleIds(dataset)
             if sampler is not None:  # the sampler sees the dataset itself (its columns, its class)
                 sampler_fn = lambda _: sampler(inner)  # noqa: E731
+        elif isinstance(dataset, datasets.IterableDataset) and EXAMPLE_ID not in (dataset.column_names or ()):
+            dataset = dataset.map(stream_position, with_indices=True)  # position in this epoch's (shuffled) stream
         return super()._get_dataloader(dataset, description, batch_size, sampler_fn=sampler_fn, **kwargs)
 
     def _run_epoch(self, *args, **kwargs):
@@ -302,20 +291,25 @@ class BertologyTrainer(Trainer):
     # -- 5. complete checkpoints are marked -----------------------------------------------------------------
     def _save_checkpoint(self, model, trial) -> None:
         self.sync_tokens_seen()  # the checkpoint's trainer_state.json holds the count
-        super()._save_checkpoint(model, trial)
-        folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-        self._save_collator_rng(folder)
-        # Every process has written its files (model shards, its RNG state) before the marker goes in.
-        self.accelerator.wait_for_everyone()
+        run_dir = Path(self._get_output_dir(trial=trial))
+        folder = run_dir / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         if self.args.should_save:
-            if folder.is_dir():
-                marker = folder / COMPLETE_MARKER
-                tmp = marker.with_suffix(".tmp")
-                with open(tmp, "w") as handle:
-                    json.dump({"global_step": self.state.global_step, "world_size": self.args.world_size}, handle)
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                os.replace(tmp, marker)  # atomic: the marker is there whole or not at all
+            prepare_folder(folder)  # saved before (a resumed run reaching this step again): no old marker stays
+        self.accelerator.wait_for_everyone()
+        limit, self.args.save_total_limit = self.args.save_total_limit, None  # rotated below: by step, once marked
+        try:
+            super()._save_checkpoint(model, trial)
+            self._save_collator_rng(folder)
+            # Every process has written its files (model shards, its RNG state) before the marker goes in.
+            self.accelerator.wait_for_everyone()
+            if self.args.should_save and folder.is_dir():
+                mark_complete(folder, self.state.global_step, self.args.world_size)
+        except OSError as err:  # disk full, quota, permissions: one line, the previous checkpoint untouched
+            raise save_failed(folder, err) from None
+        finally:
+            self.args.save_total_limit = limit
+        if self.args.should_save:
+            rotate(run_dir, limit, keep=(self.state.best_model_checkpoint,), just_marked=folder)
 
     # -- 2. component losses ---------------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):

@@ -1,0 +1,408 @@
+"""What survives what (issue 27; docs/reliability.md lists each guarantee with its test here or in test_resume.py).
+
+A checkpoint is complete only with a marker holding the step, the process count and every file's digest
+(`checkpoints.verify`); `--resume_from_checkpoint last` takes the newest one that verifies and names what it skipped;
+rotation goes by step and keeps the newest complete checkpoint; a live run's output folder is locked; a finished run
+stays finished; a full disk during a save is one line; weights get the umask's mode. The runs are tiny (bert-tiny,
+4-8 steps); the deaths inside a save are `os._exit` at a chosen point of a child (what SIGKILL leaves: no cleanup)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import hf_bertology as hb
+from hf_bertology import cli
+from hf_bertology.training import checkpoints
+from hf_bertology.training.checkpoints import (
+    MARKER,
+    RunLock,
+    check_checkpoint,
+    last_complete_checkpoint,
+    mark_complete,
+    newest_complete,
+    rotate,
+    verify,
+)
+from hf_bertology.utils import BertologyError
+from platform_support import PYTHON, REPO, pretrain_argv, subprocess_env, write_corpus
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    base = tmp_path_factory.mktemp("tok")
+    corpus = write_corpus(base / "corpus.txt", n_docs=40)
+    hb.get_recipe("bert-tiny").train_tokenizer([corpus.read_text()], vocab_size=300).save_pretrained(base / "tok")
+    return base
+
+
+def argv(base: Path, out: Path, steps: int, *extra: str) -> list[str]:
+    flags = ["--max_steps", str(steps), "--save_steps", "2", "--save_total_limit", "2"]
+    flags += ["--tokenizer_name", str(base / "tok"), *extra]
+    return ["pretrain", *pretrain_argv("bert-tiny", base / "corpus.txt", out, *flags)]
+
+
+def fake_checkpoint(folder: Path, step: int, world_size: int = 1, mark: bool = True) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(bytes(range(256)) * 4)
+    (folder / "optimizer.pt").write_bytes(b"o" * 100)
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    if mark:
+        mark_complete(folder, step, world_size)
+    return folder
+
+
+# -- 2, 12: a checkpoint proves itself ---------------------------------------------------------------------------------
+def test_verify_names_the_file_and_the_reason(tmp_path):
+    ok = fake_checkpoint(tmp_path / "checkpoint-6", 6)
+    assert verify(ok) is None
+    marker = json.loads((ok / MARKER).read_text())
+    assert marker["global_step"] == 6 and marker["world_size"] == 1
+    assert set(marker["files"]) == {"model.safetensors", "optimizer.pt", "trainer_state.json"}
+
+    def damaged(name: str, damage) -> str:
+        folder = tmp_path / name
+        shutil.copytree(ok, folder)
+        damage(folder)
+        return verify(folder)
+
+    cases = {
+        "truncated": (lambda f: truncate(f / "model.safetensors", 512), "model.safetensors has 512 bytes, 1024"),
+        "empty": (lambda f: truncate(f / "optimizer.pt", 0), "optimizer.pt has 0 bytes, 100"),
+        "garbled": (lambda f: garble(f / "model.safetensors"), "model.safetensors changed after it was saved"),
+        "missing": (lambda f: (f / "optimizer.pt").unlink(), "optimizer.pt is missing"),
+        "added": (lambda f: (f / "rng_state.pth").write_bytes(b"r"), "rng_state.pth was written after"),
+        "no marker": (lambda f: (f / MARKER).unlink(), "no completion marker"),
+        "bad marker": (lambda f: (f / MARKER).write_text('{"global_st'), f"its {MARKER} is unreadable"),
+        "old marker": (lambda f: (f / MARKER).write_text('{"global_step": 6}'), "lists no file digests"),
+    }
+    for i, (case, (damage, reason)) in enumerate(cases.items()):
+        got = damaged(f"c{i}/checkpoint-6", damage)
+        assert got is not None and reason in got, (case, got)
+    moved = tmp_path / "checkpoint-8"
+    shutil.copytree(ok, moved)  # a marker for another step
+    assert "is for step 6" in verify(moved)
+
+
+def truncate(path: Path, size: int) -> None:
+    with open(path, "r+b") as handle:
+        handle.truncate(size)
+
+
+def garble(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[100:104] = b"\xff\xff\xff\xff"  # same size, other bytes (NaN-like floats in real weights)
+    path.write_bytes(bytes(data))
+
+
+def test_last_takes_the_newest_that_verifies_and_names_the_others(tmp_path):
+    for step in (2, 4, 6):
+        fake_checkpoint(tmp_path / f"checkpoint-{step}", step)
+    fake_checkpoint(tmp_path / "checkpoint-8", 8, mark=False)  # the first save of a run cut off: no fallback
+    garble(tmp_path / "checkpoint-6" / "model.safetensors")
+    newest, skipped = newest_complete(tmp_path)
+    assert newest == tmp_path / "checkpoint-4"
+    assert [(p.name, reason.split(" ")[0]) for p, reason in skipped] == [
+        ("checkpoint-8", "no"),
+        ("checkpoint-6", "model.safetensors"),
+    ]
+
+
+def test_resume_skips_a_damaged_checkpoint_and_refuses_it_by_name(tmp_path, tokenizer_dir, capsys):
+    """Damaged weights in the newest checkpoint (before: loaded and trained to NaN, exit 0; truncated ones a
+    safetensors traceback): `last` resumes from the one before, with a line; named explicitly, one error line."""
+    out = tmp_path / "out"
+    assert cli.main(argv(tokenizer_dir, out, 4)) == 0
+    garble(out / "checkpoint-4" / "model.safetensors")
+    capsys.readouterr()
+    assert cli.main(argv(tokenizer_dir, out, 4, "--resume_from_checkpoint", str(out / "checkpoint-4"))) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert re.search(r"error: .*checkpoint-4: model.safetensors changed after it was saved", err), err
+    assert cli.main(argv(tokenizer_dir, out, 6, "--resume_from_checkpoint", "last")) == 0
+    err = capsys.readouterr().err
+    assert "skipped checkpoint-4: model.safetensors changed after it was saved" in err, err
+    assert "resuming from " + str(out / "checkpoint-2") in err, err
+    assert verify(out / "checkpoint-6") is None
+    assert all(torch.isfinite(t).all() for t in load_file(out / "model.safetensors").values())
+
+
+# -- 3: rotation by step --------------------------------------------------------------------------------------------
+def test_rotation_goes_by_step_and_keeps_the_newest_complete(tmp_path):
+    for step in (2, 4, 6, 8, 10):
+        fake_checkpoint(tmp_path / f"checkpoint-{step}", step, mark=step <= 4)
+        past = time.time() - 1000 * step  # mtimes in the reverse order of the steps (a copied or restored folder)
+        os.utime(tmp_path / f"checkpoint-{step}", (past, past))
+    deleted = rotate(tmp_path, limit=2)
+    # the two newest by step stay, and checkpoint-4, the newest complete one (6-10 are unmarked)
+    assert [p.name for p in deleted] == ["checkpoint-2", "checkpoint-6"]
+    assert [p.name for p in checkpoints.list_checkpoints(tmp_path)] == [
+        "checkpoint-4",
+        "checkpoint-8",
+        "checkpoint-10",
+    ]
+    assert last_complete_checkpoint(tmp_path).name == "checkpoint-4"
+    # a run resumed from an earlier checkpoint has just marked checkpoint-4 again: kept, though older than 8 and 10
+    fake_checkpoint(tmp_path / "checkpoint-12", 12)
+    assert [p.name for p in rotate(tmp_path, limit=2, just_marked=tmp_path / "checkpoint-4")] == ["checkpoint-8"]
+
+
+# -- 1: one run per folder ----------------------------------------------------------------------------------------------
+HOLD_LOCK = (
+    "import sys, time\n"
+    "from hf_bertology.training.checkpoints import RunLock\n"
+    "lock = RunLock(sys.argv[1]); lock.acquire(); print('locked', flush=True); time.sleep(600)\n"
+)
+
+
+def test_a_live_run_holds_its_folder_and_a_dead_one_does_not(tmp_path, tokenizer_dir, capsys):
+    """A second run into a folder a live run holds is refused in one line (before: both exit 0 and one run's
+    result is lost); once that run is killed -9, its stale lock is taken over with a line naming it."""
+    out = tmp_path / "out"
+    holder = subprocess.Popen(
+        [PYTHON, "-c", HOLD_LOCK, str(out)], env=subprocess_env(), cwd=REPO, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        assert cli.main(argv(tokenizer_dir, out, 2)) == 2
+        err = capsys.readouterr().err
+        line = err.strip().splitlines()[-1]
+        assert re.fullmatch(
+            rf"error: {re.escape(str(out))} is in use by another run \(pid {holder.pid} on .*", line
+        ), err
+        assert not checkpoints.list_checkpoints(out)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=30)
+    with RunLock(out):  # our logger writes to stderr (cli.main set it up above)
+        err = capsys.readouterr().err
+        assert f"taking over the lock of a run that is no longer running (pid {holder.pid} on" in err, err
+        with pytest.raises(BertologyError, match="in use by another run"):
+            RunLock(out).acquire()  # held again, now by this process
+    assert not (out / checkpoints.LOCK_NAME).exists()  # released: a later run starts without a stale line
+
+
+def test_an_output_dir_that_cannot_be_a_folder_is_one_line(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(BertologyError, match="is a file, not a folder"):
+        RunLock(tmp_path / "file").acquire()
+    with pytest.raises(BertologyError, match="cannot write to --output_dir"):
+        RunLock(tmp_path / "file" / "below").acquire()
+
+
+# -- 4: a finished run stays finished --------------------------------------------------------------------------------
+def test_a_finished_run_stays_finished(tmp_path, tokenizer_dir, capsys):
+    out = tmp_path / "out"
+    assert cli.main(argv(tokenizer_dir, out, 4)) == 0
+    weights = (out / "model.safetensors").read_bytes()
+    card = (out / "README.md").read_text()
+    capsys.readouterr()
+    assert cli.main(argv(tokenizer_dir, out, 4, "--resume_from_checkpoint", "last")) == 0
+    assert "is at step 4 and --max_steps is 4: nothing to train" in capsys.readouterr().err
+    assert [p.name for p in checkpoints.list_checkpoints(out)] == ["checkpoint-2", "checkpoint-4"]
+    assert (out / "model.safetensors").read_bytes() == weights and (out / "README.md").read_text() == card
+    assert cli.main(argv(tokenizer_dir, out, 6, "--resume_from_checkpoint", "last")) == 0  # a larger one goes on
+    assert [p.name for p in checkpoints.list_checkpoints(out)] == ["checkpoint-4", "checkpoint-6"]
+    assert json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())["global_step"] == 6
+
+
+# -- 9, 10: a full disk, file modes ---------------------------------------------------------------------------------
+def test_disk_full_during_a_save_is_one_line_and_keeps_the_last_checkpoint(
+    tmp_path, tokenizer_dir, capsys, monkeypatch
+):
+    out = tmp_path / "out"
+    save = torch.save
+
+    def full_at_step_4(obj, f, *args, **kwargs):
+        if "checkpoint-4" in str(f) and str(f).endswith("optimizer.pt"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(f))
+        return save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", full_at_step_4)
+    assert cli.main(argv(tokenizer_dir, out, 6)) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    line = next(line for line in err.splitlines() if line.startswith("error:"))  # a progress bar may follow it
+    assert line.startswith("error: could not save checkpoint-4 (") and "No space left on device" in line, line
+    assert "the previous complete checkpoint, checkpoint-2, is intact" in line, line
+    assert last_complete_checkpoint(out) == out / "checkpoint-2" and not (out / "checkpoint-4").exists()
+    monkeypatch.setattr(torch, "save", save)
+    assert cli.main(argv(tokenizer_dir, out, 6, "--resume_from_checkpoint", "last")) == 0
+    assert last_complete_checkpoint(out) == out / "checkpoint-6"
+
+
+def test_written_files_follow_the_umask(tmp_path, tokenizer_dir):
+    """Before: model.safetensors was written 0600 (safetensors' own mode), whatever the umask."""
+    old = os.umask(0o002)
+    try:
+        assert cli.main(argv(tokenizer_dir, tmp_path / "out", 2)) == 0
+    finally:
+        os.umask(old)
+    for path in (tmp_path / "out" / "model.safetensors", tmp_path / "out" / "checkpoint-2" / "model.safetensors"):
+        assert path.stat().st_mode & 0o777 == 0o664, (path, oct(path.stat().st_mode))
+
+
+# -- 13: another process count ---------------------------------------------------------------------------------------
+def test_another_process_count_is_refused(tmp_path, tokenizer_dir, capsys):
+    out = tmp_path / "out"
+    assert cli.main(argv(tokenizer_dir, out, 2)) == 0
+    mark_complete(out / "checkpoint-2", 2, world_size=2)  # as a 2-process run marks it
+    capsys.readouterr()
+    assert cli.main(argv(tokenizer_dir, out, 4, "--resume_from_checkpoint", "last")) == 2
+    err = capsys.readouterr().err.strip()
+    line = err.splitlines()[-1]
+    assert "Traceback" not in err and line.startswith(f"error: {out / 'checkpoint-2'} was saved by a run of 2"), err
+    assert "2 process(es) and this run has 1" in line and "keeps the global batch" in line, line
+    with pytest.raises(BertologyError, match="2 process"):
+        check_checkpoint(out / "checkpoint-2", world_size=1)
+    check_checkpoint(out / "checkpoint-2", world_size=2)
+
+
+# -- 2, 3, 12: deaths inside a save and inside rotation -------------------------------------------------------------
+DIE_AT = """
+import os, sys, shutil, torch
+from hf_bertology import cli
+from hf_bertology.training import checkpoints
+point, step = sys.argv[1], sys.argv[2]
+if point != "rotate":  # die as checkpoint-STEP's file POINT* is saved (optimizer.pt: after the weights)
+    save = torch.save
+    def dying(obj, f, *a, **k):
+        if f"checkpoint-{step}" in str(f) and os.path.basename(str(f)).startswith(point):
+            os._exit(9)
+        return save(obj, f, *a, **k)
+    torch.save = dying
+else:  # die in the middle of deleting an old checkpoint
+    rmtree = shutil.rmtree
+    def dying_rmtree(path, *a, **k):
+        os.remove(os.path.join(path, "model.safetensors"))
+        os._exit(9)
+    checkpoints.shutil.rmtree = dying_rmtree
+sys.exit(cli.main(sys.argv[3:]))
+"""
+
+
+def die_at(point: str, step: int, args: list[str]) -> None:
+    done = subprocess.run(
+        [PYTHON, "-c", DIE_AT, point, str(step), *args], env=subprocess_env(), cwd=REPO, capture_output=True, text=True
+    )
+    assert done.returncode == 9, done.stderr[-3000:]
+
+
+def test_killed_while_saving_again_over_a_complete_checkpoint(tmp_path, tokenizer_dir, capsys):
+    """A run resumed from checkpoint-2 reaches step 4 again and dies saving it over the complete checkpoint-4
+    (before: the old marker stayed over a mix of new weights and old optimizer, and that mix was resumed).
+    The old checkpoint-4 is removed before the new one is written; `last` resumes from checkpoint-2; the end equals
+    an uninterrupted run."""
+    reference, out = tmp_path / "reference", tmp_path / "out"
+    assert cli.main(argv(tokenizer_dir, out, 4, "--save_total_limit", "5")) == 0
+    shutil.copytree(out, reference)  # the same run resumed from checkpoint-2 without dying
+    resume_2 = ("--resume_from_checkpoint", str(reference / "checkpoint-2"))
+    assert cli.main(argv(tokenizer_dir, reference, 6, "--save_total_limit", "5", *resume_2)) == 0
+    die_at("optimizer.pt", 4, argv(tokenizer_dir, out, 6, "--resume_from_checkpoint", str(out / "checkpoint-2")))
+    assert verify(out / "checkpoint-4") is not None and last_complete_checkpoint(out) == out / "checkpoint-2"
+    assert cli.main(argv(tokenizer_dir, out, 6, "--resume_from_checkpoint", "last")) == 0
+    expected, got = load_file(reference / "model.safetensors"), load_file(out / "model.safetensors")
+    assert all(torch.equal(expected[k], got[k]) for k in expected)
+
+
+def test_killed_while_rotating(tmp_path, tokenizer_dir):
+    """A death in the middle of deleting an old checkpoint leaves a folder that never verifies, and the newest
+    complete one untouched."""
+    out = tmp_path / "out"
+    die_at("rotate", 6, argv(tokenizer_dir, out, 6))
+    # checkpoint-6 was marked, then rotation started on checkpoint-2 and died half-way
+    assert verify(out / "checkpoint-2") is not None
+    assert last_complete_checkpoint(out) == out / "checkpoint-6"
+    assert cli.main(argv(tokenizer_dir, out, 8, "--resume_from_checkpoint", "last")) == 0
+    assert [p.name for p in checkpoints.list_checkpoints(out)] == ["checkpoint-6", "checkpoint-8"]
+
+
+def test_an_unmarked_first_checkpoint_is_not_resumed(tmp_path, tokenizer_dir, capsys):
+    """Item 12: the run's only checkpoint was cut off after its weights and trainer_state.json, before the collator's
+    RNG states and the marker (before: a fallback took it for complete, and the run ended with other weights):
+    `last` starts over, saying why."""
+    out = tmp_path / "out"
+    die_at("collator_rng_state", 2, argv(tokenizer_dir, out, 4))
+    assert (out / "checkpoint-2" / "trainer_state.json").is_file() and not (out / "checkpoint-2" / MARKER).exists()
+    capsys.readouterr()
+    assert cli.main(argv(tokenizer_dir, out, 2, "--resume_from_checkpoint", "last")) == 0
+    err = capsys.readouterr().err
+    assert "skipped checkpoint-2: no completion marker" in err and "training from scratch" in err, err
+    assert verify(out / "checkpoint-2") is None
+
+
+if sys.platform == "win32":  # pragma: no cover
+    pytestmark = pytest.mark.skip("fcntl locks and os._exit deaths are POSIX")
+
+
+# -- 14: node-local output folders ------------------------------------------------------------------------------------
+NODE_LOCAL = """
+import json, os, sys
+from hf_bertology import cli
+argv = [arg.replace("NODE", os.environ["RANK"]) for arg in json.loads(sys.argv[1])]
+sys.exit(cli.main(["pretrain", *argv]))
+"""
+
+
+def test_node_local_output_folders_are_refused(tmp_path, tokenizer_dir):
+    """Two processes whose `--output_dir` is not one folder (as two nodes each writing their own disk; here each
+    rank gets its own path): every process stops with one line before reading the corpus, nothing is written."""
+    worker = tmp_path / "node_local.py"
+    worker.write_text(NODE_LOCAL)
+    args = argv(tokenizer_dir, tmp_path / "node-NODE", 2, "--ddp_backend", "gloo")[1:]
+    launcher = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    done = subprocess.run(
+        [*launcher, str(worker), json.dumps(args)],
+        env=subprocess_env(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode != 0
+    # one line per process (their lines may interleave); the only traceback is the launcher's ChildFailedError
+    said = re.findall(
+        r"error: --output_dir \S+ is not one folder for all 2 processes: .*? shared filesystem", done.stderr
+    )
+    assert len(said) == 2 and "hf_bertology/" not in done.stderr, done.stderr[-3000:]
+    for rank in (0, 1):
+        assert not checkpoints.list_checkpoints(tmp_path / f"node-{rank}")
+
+
+@pytest.mark.slow
+def test_a_two_process_checkpoint_is_refused_to_one_process(tmp_path, tokenizer_dir, capsys):
+    """Item 13 end to end: a real 2-process run (torchrun, gloo) marks its checkpoints with world size 2 (rank 0
+    digests rank 1's RNG file too); resuming it with 1 process is refused in one line."""
+    worker = tmp_path / "launch.py"
+    worker.write_text(NODE_LOCAL)
+    out = tmp_path / "out"
+    args = argv(tokenizer_dir, out, 2, "--ddp_backend", "gloo")[1:]
+    launcher = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    done = subprocess.run(
+        [*launcher, str(worker), json.dumps(args)], env=subprocess_env(), cwd=tmp_path, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    marker = json.loads((out / "checkpoint-2" / MARKER).read_text())
+    assert marker["world_size"] == 2 and {"rng_state_0.pth", "rng_state_1.pth"} <= set(marker["files"])
+    assert cli.main(argv(tokenizer_dir, out, 4, "--resume_from_checkpoint", "last")) == 2
+    assert "saved by a run of 2 process(es) and this run has 1" in capsys.readouterr().err
