@@ -46,7 +46,7 @@ test-gpu: $(STAMP)
 pretrain: $(STAMP)
 	$(PY) -m hf_bertology pretrain --recipe $(RECIPE) --output_dir $(OUTPUT_DIR) --max_steps $(MAX_STEPS) \
 		--per_device_train_batch_size $(BATCH_SIZE) \
-		$(if $(TRAIN_FILE),--train_file $(TRAIN_FILE),) --do_eval --eval_on_start --per_device_eval_batch_size 64 \
+		$(if $(TRAIN_FILE),--train_file $(TRAIN_FILE),) --do_eval --eval_on_start --max_eval_samples 512 --per_device_eval_batch_size 64 \
 		--logging_steps 50 --save_steps 500 --save_total_limit 2 --resume_from_checkpoint last $(PRETRAIN_ARGS)
 
 glue: $(STAMP)
