@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -227,3 +228,34 @@ def test_streaming_corpus(tmp_path, bert_tokenizer, documents):
     tokenized = tokenize_corpus(stream, bert_tokenizer)
     blocks = list(pack_sentences(tokenized, bert_tokenizer, max_seq_length=32))
     assert blocks and all(len(b["input_ids"]) <= 32 for b in blocks)
+
+
+def test_wikitext_articles_are_documents(tmp_path):
+    """WikiText's raw layout: an article per ` = Title = ` line, headings dropped, paragraphs kept as lines."""
+    from hf_bertology.data.corpus import detect_format, read_documents
+
+    text = (
+        " \n = First Article = \n \n Para one of the first . \n \n = = A section = = \n \n Para two . \n"
+        " \n = = = Deeper = = = \n Para three .\n \n = Second = \n \n Only para .\n"
+    )
+    path = tmp_path / "wiki.test.raw"
+    path.write_text(text, encoding="utf-8")
+    assert detect_format(path) == "wikitext"
+    assert list(read_documents(path)) == ["Para one of the first .\nPara two .\nPara three .", "Only para ."]
+
+
+def test_embedded_corpus_is_wikitext2_checked(tmp_path, monkeypatch):
+    """The embedded WikiText-2 decompresses to the official members (sha256 checked) and reads as articles; a
+    damaged copy in the cache is replaced, not trained on."""
+    from hf_bertology.data import default_corpus
+    from hf_bertology.data.corpus import read_documents
+
+    monkeypatch.setenv("HF_BERTOLOGY_CACHE", str(tmp_path))
+    train, validation = default_corpus.default_corpus_files()
+    assert Path(train[0]).name == "wiki.test.raw" and Path(validation[0]).name == "wiki.valid.raw"
+    assert len(list(read_documents(Path(train[0])))) == 62 and len(list(read_documents(Path(validation[0])))) == 60
+    Path(train[0]).write_text("damaged")
+    assert (
+        default_corpus._sha256(default_corpus.default_corpus_file("wiki.test.raw"))
+        == default_corpus.SHA256["wiki.test.raw"]
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -217,21 +218,47 @@ def test_do_eval_adds_evaluation_to_training(tmp_path, corpus_file):
     assert "train_loss" not in only and only["tokens_seen"] == 0 and only["eval_mlm_loss"] > 0
 
 
-def test_readme_make_pretrain_line(tmp_path, shared_data):
-    """The README's first command, `make pretrain RECIPE=roberta-mini TRAIN_FILE=../shared/...`, as written, with
-    only the step count, batch and folder made small (`MAX_STEPS=2 BATCH_SIZE=4 OUTPUT_DIR=...`): it writes the
-    folder, and the same line run again goes on (`--resume_from_checkpoint last`) instead of being refused."""
+def test_readme_make_pretrain_line_runs_offline_without_shared(tmp_path):
+    """The README's first command, `make pretrain`, as written, on a copy of the checkout that has no `../shared`
+    beside it and no network (`HF_HUB_OFFLINE`), with only the steps, batch, evaluation size and folder made small:
+    it reads the embedded WikiText-2 (decompressed into a fresh cache), evaluates before and after, writes a folder
+    plain `AutoModel` loads, and the same line run again goes on (`--resume_from_checkpoint last`)."""
     import shlex
+    import shutil
+
+    from transformers import AutoModel
 
     repo = Path(__file__).resolve().parents[1]
-    lines = [line for line in (repo / "README.md").read_text().splitlines() if line.startswith("make pretrain ")]
-    assert len(lines) == 1, lines
+    lines = [line for line in (repo / "README.md").read_text().splitlines() if line.startswith("make pretrain")]
+    assert lines[0] == "make pretrain", lines
+    copy = tmp_path / "clone" / "hf_bertology"  # ../shared of this copy does not exist
+    tracked = subprocess.run(["git", "-C", str(repo), "ls-files"], capture_output=True, text=True, check=True)
+    for name in tracked.stdout.splitlines():
+        if (repo / name).is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(repo / name, copy / name)
+    assert not (copy.parent / "shared").exists()
     out = tmp_path / "run"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(copy / "src"),  # the copy's package, not the checkout's
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "HF_BERTOLOGY_CACHE": str(tmp_path / "cache"),
+    }
     # `-o .venv/.installed`, PY: this interpreter, without re-checking the install (it is the one running the tests)
-    command = ["make", "-s", "-C", str(repo), "-o", ".venv/.installed", f"PY={sys.executable}"]
-    command += [*shlex.split(lines[0])[1:], "MAX_STEPS=2", "BATCH_SIZE=4", f"OUTPUT_DIR={out}"]
+    command = ["make", "-s", "-C", str(copy), "-o", ".venv/.installed", f"PY={sys.executable}"]
+    small = ["MAX_STEPS=2", "BATCH_SIZE=4", f"OUTPUT_DIR={out}", "PRETRAIN_ARGS=--max_eval_samples 16"]
     for _ in range(2):
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            [*command, *shlex.split(lines[0])[1:], *small], capture_output=True, text=True, timeout=600, env=env
+        )
         assert done.returncode == 0, done.stderr[-3000:]
-        assert (out / "model.safetensors").is_file() and "roberta-mini" in (out / "README.md").read_text()
-    assert json.loads((out / "config.json").read_text())["model_type"] == "roberta"
+        assert (out / "model.safetensors").is_file() and "electra-mini" in (out / "README.md").read_text()
+        assert "WikiText-2" in (out / "README.md").read_text()
+        learned = [line for line in done.stderr.splitlines() if "untrained" in line and "-> trained" in line]
+        assert any("mlm_accuracy" in line for line in learned), done.stderr[-3000:]
+    assert (tmp_path / "cache" / "wikitext-2-raw" / "wiki.test.raw").is_file()
+    results = json.loads((out / "all_results.json").read_text())
+    assert results["eval_at_start"]["eval_mlm_loss"] > 0 and results["eval_mlm_loss"] > 0
+    assert type(AutoModel.from_pretrained(out)).__name__ == "ElectraModel"

@@ -7,20 +7,27 @@ input fails with one line naming the file and byte offset.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
 import re
+import socket
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import datasets
+import huggingface_hub
 
 from ..utils import BertologyError, logger
 
 TEXT_SUFFIXES = {".txt", ".raw", ".text", ".tokens", ""}
 JSON_SUFFIXES = {".jsonl", ".json", ".ndjson"}
 _DOC_START = re.compile(rb"^<doc[ >]")
+# WikiText's article title line: ` = Title = ` (section headings have two or more `=`: ` = = Section = = `).
+_WIKITEXT_TITLE = re.compile(r"^ = [^=].* = $")
+_WIKITEXT_HEADING = re.compile(r"^ (= )+.* (= ?)+$")
 _SENTENCE_END = re.compile(r"(?<=[.!?…])[\"'”’)\]]*\s+(?=[\"'“‘(\[]*[A-Z0-9À-ÖØ-Þ])")
 MAX_SENTENCE_CHARS = 2000  # longer "sentences" (tables, a 50 MB line) are cut at whitespace near this length
 
@@ -104,13 +111,16 @@ def _decoded_lines(path: Path) -> Iterator[str]:
 
 
 def detect_format(path: Path) -> str:
-    """'jsonl', 'wikiextractor' (`<doc ...>` blocks) or 'text'."""
+    """'jsonl', 'wikiextractor' (`<doc ...>` blocks), 'wikitext' (WikiText's ` = Title = ` articles) or 'text'."""
     if path.suffix.lower() in JSON_SUFFIXES:
         return "jsonl"
     with open(path, "rb") as handle:
         for raw in handle:
             if raw.strip():
-                return "wikiextractor" if _DOC_START.match(raw.lstrip()) else "text"
+                if _DOC_START.match(raw.lstrip()):
+                    return "wikiextractor"
+                line = raw.decode("utf-8", errors="replace").rstrip("\n")
+                return "wikitext" if _WIKITEXT_TITLE.match(line) else "text"
     return "text"
 
 
@@ -122,6 +132,9 @@ def read_documents(
     - text: `doc_separator="blank_line"` (a blank line ends a document; lines inside are joined with newlines) or
       `"line"` (one document per line).
     - WikiExtractor: `<doc ...>` ... `</doc>`; the first line (the article title) is dropped when `skip_title`.
+    - WikiText (`wiki.*.raw`): an article runs from one ` = Title = ` line to the next; its paragraphs are joined
+      with newlines, title and section headings (` = = Section = = `) dropped, as run_mlm.py's lines would be
+      without the headings. WikiText's own tokenisation (` @-@ `, spaces around punctuation) is kept.
     - jsonl: one JSON object per line, the document in `text_field`.
     """
     if doc_separator not in ("blank_line", "line"):
@@ -163,6 +176,19 @@ def read_documents(
             logger.warning("%s: the last <doc> has no </doc> (a truncated file?); its text is kept", path)
             yield "\n".join(body[1:] if skip_title else body)
         return
+    if kind == "wikitext":
+        article: list[str] = []
+        for line in lines:
+            line = line.rstrip("\n")
+            if _WIKITEXT_TITLE.match(line):
+                if article:
+                    yield "\n".join(article)
+                article = []
+            elif line.strip() and not _WIKITEXT_HEADING.match(line):
+                article.append(line.strip())
+        if article:
+            yield "\n".join(article)
+        return
     if doc_separator == "line":
         for line in lines:
             if line.strip():
@@ -185,6 +211,33 @@ def _generate(files: list[str], doc_separator: str, text_field: str, fingerprint
         for document in read_documents(Path(name), doc_separator, text_field):
             if document.strip():
                 yield {"text": document}
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hub endpoint answers a TCP connection within `timeout` seconds (False in offline mode). Without
+    this check an offline `load_dataset` retries for about 30 s before failing."""
+    if huggingface_hub.constants.HF_HUB_OFFLINE or datasets.config.HF_HUB_OFFLINE:
+        return False
+    url = urllib.parse.urlsplit(huggingface_hub.constants.ENDPOINT)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def offline_mode(offline: bool):
+    """`datasets`' and `huggingface_hub`'s offline switches on (a cached dataset still loads, a missing one fails at
+    once), restored afterwards."""
+    saved = datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE
+    if offline:
+        datasets.config.HF_HUB_OFFLINE = huggingface_hub.constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE = saved
 
 
 def load_corpus(
@@ -238,14 +291,17 @@ def load_corpus(
             raise BertologyError(f"the corpus is empty: no text in {', '.join(files)}")
         logger.info("read %d documents from %d file(s)", len(corpus), len(files))
         return corpus
+    offline = not hub_reachable()
     try:
-        corpus = datasets.load_dataset(
-            dataset_name, dataset_config_name, split=split, streaming=streaming, cache_dir=cache_dir
-        )
+        with offline_mode(offline):
+            corpus = datasets.load_dataset(
+                dataset_name, dataset_config_name, split=split, streaming=streaming, cache_dir=cache_dir
+            )
     except Exception as err:  # offline, unknown name, ...: the user needs one line, not the HTTP stack
+        where = "the Hub is unreachable and it is not in the local cache" if offline else f"{type(err).__name__}"
         raise BertologyError(
-            f"could not load dataset {dataset_name!r} ({dataset_config_name or 'default'}) from the Hub "
-            f"({type(err).__name__}); offline? pass a local corpus: --train_file FILE (make pretrain TRAIN_FILE=FILE)"
+            f"could not load dataset {dataset_name!r} ({dataset_config_name or 'default'}): {where}; pass a local "
+            "corpus (--train_file FILE), or neither flag for the embedded WikiText-2"
         ) from None
     if text_column not in corpus.column_names:
         raise BertologyError(f"dataset {dataset_name!r} has no column {text_column!r} (set --text_column)")

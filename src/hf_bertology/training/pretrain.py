@@ -32,7 +32,7 @@ import torch
 import transformers
 from transformers import AutoTokenizer, TrainingArguments, set_seed
 
-from ..data import build_pretraining_dataset, load_corpus, tokenize_corpus
+from ..data import build_pretraining_dataset, default_corpus, load_corpus, tokenize_corpus
 from ..export import write_part_folders
 from ..hub import push_from_training_args, save_folder, write_model_card
 from ..recipes import (
@@ -103,7 +103,13 @@ class ModelArguments:
 
 @dataclass
 class DataArguments:
-    dataset_name: str | None = field(default=None, metadata={"help": "Hub dataset, e.g. `wikitext`."})
+    dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "Hub dataset, e.g. `wikitext`. Without it and --train_file: the embedded WikiText-2 (raw), "
+            "offline (its test split for training, its validation split for --do_eval)."
+        },
+    )
     dataset_config_name: str | None = field(default=None, metadata={"help": "e.g. `wikitext-2-raw-v1`."})
     train_file: list[str] | None = field(
         default=None,
@@ -517,6 +523,8 @@ def check_output_dir(data_args: DataArguments, training_args: TrainingArguments,
 
 
 def describe_corpus(data_args: DataArguments) -> str:
+    if not data_args.train_file and not data_args.dataset_name:
+        return default_corpus.NAME
     if data_args.train_file:
         return ", ".join(f"`{Path(f).name}`" for f in data_args.train_file)
     return f"`{data_args.dataset_name}` ({data_args.dataset_config_name or 'default'})"
@@ -554,11 +562,16 @@ def load_corpora(data_args: DataArguments, training_args: TrainingArguments) -> 
         doc_separator=data_args.doc_separator,
         streaming=data_args.streaming,
     )
+    train_files, validation_files = data_args.train_file, data_args.validation_file
     with training_args.main_process_first(desc="reading the corpus"):
-        corpus = load_corpus(train_files=data_args.train_file, **corpus_kwargs)
+        if not train_files and not data_args.dataset_name:  # no corpus given: the embedded one, offline
+            train_files, embedded_validation = default_corpus.default_corpus_files()
+            validation_files = validation_files or embedded_validation
+            logger.info("no corpus given (--train_file, --dataset_name): training on %s", default_corpus.NAME)
+        corpus = load_corpus(train_files=train_files, **corpus_kwargs)
         eval_corpus = None
-        if training_args.do_eval and data_args.validation_file:
-            eval_corpus = load_corpus(train_files=data_args.validation_file, **{**corpus_kwargs, "dataset_name": None})
+        if training_args.do_eval and validation_files:
+            eval_corpus = load_corpus(train_files=validation_files, **{**corpus_kwargs, "dataset_name": None})
     return corpus, eval_corpus
 
 
@@ -738,8 +751,24 @@ def train_and_evaluate(trainer, resume_from: str | None = None) -> dict:
         if loss is not None:
             eval_metrics["perplexity"] = math.exp(min(loss, 50))
         metrics.update(eval_metrics)
+        before = evaluation_at_start(trainer.state.log_history)
+        if before:
+            metrics["eval_at_start"] = before
+            log_learning(before, eval_metrics)
     metrics["tokens_seen"] = int(trainer.state.num_input_tokens_seen or 0)
     return metrics
+
+
+def evaluation_at_start(log_history: list[dict]) -> dict:
+    """The metrics of the evaluation before the first step (`--eval_on_start`), else {}."""
+    return next((log for log in log_history if log.get("step") == 0 and "eval_loss" in log), {})
+
+
+def log_learning(before: dict, after: dict) -> None:
+    """One line per held-out accuracy and loss, untrained against trained: whether the run learned, at a glance."""
+    keys = [k for k in after if k.startswith("eval_") and k.endswith(("accuracy", "_loss")) and k in before]
+    for key in sorted(keys, key=lambda k: (not k.endswith("accuracy"), k)):
+        logger.info("held-out %-24s untrained %8.4f -> trained %8.4f", key[len("eval_") :], before[key], after[key])
 
 
 def write_outputs(trainer, recipe: Recipe, data_args: DataArguments, metrics: dict, push_args=None) -> None:
