@@ -248,16 +248,25 @@ def test_readme_make_pretrain_line_runs_offline_without_shared(tmp_path):
     }
     # `-o .venv/.installed`, PY: this interpreter, without re-checking the install (it is the one running the tests)
     command = ["make", "-s", "-C", str(copy), "-o", ".venv/.installed", f"PY={sys.executable}"]
-    small = ["MAX_STEPS=2", "BATCH_SIZE=4", f"OUTPUT_DIR={out}", "PRETRAIN_ARGS=--max_eval_samples 16"]
-    for _ in range(2):
+    small = ["BATCH_SIZE=4", f"OUTPUT_DIR={out}", "PRETRAIN_ARGS=--max_eval_samples 16"]
+    for steps in (2, 3, 3):  # a run, the same line with more steps (goes on), then again (nothing left to train)
         done = subprocess.run(
-            [*command, *shlex.split(lines[0])[1:], *small], capture_output=True, text=True, timeout=600, env=env
+            [*command, *shlex.split(lines[0])[1:], *small, f"MAX_STEPS={steps}"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
         )
         assert done.returncode == 0, done.stderr[-3000:]
         assert (out / "model.safetensors").is_file() and "electra-mini" in (out / "README.md").read_text()
-        assert "WikiText-2" in (out / "README.md").read_text()
+        assert (
+            "WikiText-2" in (out / "README.md").read_text()
+            and f"| steps | {steps} |" in (out / "README.md").read_text()
+        )
         learned = [line for line in done.stderr.splitlines() if "untrained" in line and "-> trained" in line]
-        assert any("mlm_accuracy" in line for line in learned), done.stderr[-3000:]
+        assert any("mlm_accuracy" in line for line in learned) != ("nothing to train" in done.stderr), done.stderr[
+            -3000:
+        ]
     assert (tmp_path / "cache" / "wikitext-2-raw" / "wiki.test.raw").is_file()
     results = json.loads((out / "all_results.json").read_text())
     assert results["eval_at_start"]["eval_mlm_loss"] > 0 and results["eval_mlm_loss"] > 0
