@@ -80,9 +80,9 @@ def check_training_arguments(args) -> None:
 
 
 # config keys by what they count; a config has the names of its family (XLNet: n_layer, d_model, n_head, d_inner)
-LAYER_KEYS = ("num_hidden_layers", "n_layer")
-HEAD_KEYS = ("num_attention_heads", "n_head")
-WIDTH_KEYS = ("hidden_size", "d_model")
+LAYER_KEYS = ("n_layer", "num_hidden_layers")
+HEAD_KEYS = ("n_head", "num_attention_heads")
+WIDTH_KEYS = ("d_model", "hidden_size")
 POSITIVE_KEYS = (
     *LAYER_KEYS, *HEAD_KEYS, *WIDTH_KEYS, "intermediate_size", "d_inner", "vocab_size", "embedding_size",
     "max_position_embeddings", "num_hidden_groups", "inner_group_num",

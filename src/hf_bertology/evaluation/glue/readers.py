@@ -41,6 +41,8 @@ def check_json_lines(path: Path) -> None:
     is left to datasets."""
     text = read_text(path)
     lines = text.splitlines()
+    if not text.strip():
+        raise BertologyError(f"{path}: no rows")
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -203,8 +205,11 @@ def load_glue_files(
     if len(extensions) != 1 or not extensions <= {"csv", "json"}:
         raise BertologyError(f"data files must all be .csv or all .json/.jsonl, got {', '.join(files.values())}")
     builder = extensions.pop()
-    for f in files.values():
-        check_json_lines(Path(f)) if builder == "json" else read_text(Path(f))
+    for f in files.values():  # datasets' own errors here are tracebacks about pyarrow blocks or empty splits
+        if builder == "json":
+            check_json_lines(Path(f))
+        elif sum(1 for line in read_text(Path(f)).splitlines() if line.strip()) < 2:
+            raise BertologyError(f"{f}: no rows after the header")
     kwargs = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if all(f.endswith(".tsv") for f in files.values()) else {}
     raw = datasets.load_dataset(builder, data_files=files, cache_dir=cache_dir, **kwargs)
     if task is None:
