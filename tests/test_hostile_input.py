@@ -534,15 +534,12 @@ def test_glue_stray_dev_label_and_long_lines(tmp_path):
 def test_hub_token_is_never_saved(tmp_path, capsys, monkeypatch):
     """Issue 27 item 16. Before: `--hub_token` was pickled in plain text into every checkpoint's training_args.bin
     (pretraining and GLUE). No file under either output folder holds it now; the token is still the one used."""
-    from hf_bertology.hub import keep_token_out_of_files
-
     monkeypatch.setenv("HF_TOKEN", "hf_from_the_environment")  # restored after the test
     secret = "hf_SeCrEt0123456789abcdef"
     corpus = write_corpus(tmp_path / "corpus.txt", n_docs=20)
     run_dir = tmp_path / "run"
     argv = pretrain_argv("bert-tiny", corpus, run_dir, "--max_steps", "2", "--save_steps", "1", "--hub_token", secret)
     assert run(argv, capsys)[0] == 0
-    assert os.environ["HF_TOKEN"] == secret  # the flag still wins over the environment, in memory
     glue_data = tmp_path / "SST-2"
     glue_data.mkdir()
     for split in ("train", "dev"):
@@ -556,6 +553,9 @@ def test_hub_token_is_never_saved(tmp_path, capsys, monkeypatch):
     assert any(p.name == "training_args.bin" for p in files)
     assert [str(p) for p in files if secret.encode() in p.read_bytes()] == []
     assert secret not in capsys.readouterr().err
+    assert os.environ["HF_TOKEN"] == secret  # the flag still wins over the environment, in memory
+
+    from hf_bertology.hub import keep_token_out_of_files
 
     class Args:
         hub_token = "hf_other"
