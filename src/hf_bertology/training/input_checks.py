@@ -75,8 +75,9 @@ def check_training_arguments(args) -> None:
     check_range("--dataloader_num_workers", args.dataloader_num_workers, 0)
     check_range("--seed", args.seed, 0, SEED_LIMIT, high_open=True)
     check_range("--data_seed", args.data_seed, 0, SEED_LIMIT, high_open=True)
-    for flag in ("logging_steps", "save_steps", "eval_steps"):
-        check_range(f"--{flag}", getattr(args, flag), 0, low_open=True)
+    for kind in ("logging", "save", "eval"):  # read only under the "steps" strategy
+        if str(getattr(args, f"{kind}_strategy", "")).lower().endswith("steps"):
+            check_range(f"--{kind}_steps", getattr(args, f"{kind}_steps"), 0, low_open=True)
 
 
 # config keys by what they count; a config has the names of its family (XLNet: n_layer, d_model, n_head, d_inner)
