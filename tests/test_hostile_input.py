@@ -384,7 +384,7 @@ def test_a_new_run_in_a_finished_runs_folder_is_refused(tmp_path, capsys):
         ("bert-tiny", ["--config_overrides", "vocab_size=50"], ["vocab_size=50 is smaller than the tokenizer's"]),
         ("bert-tiny", ["--max_steps", "0"], ["--max_steps must be at least 1"]),
         ("bert-tiny", ["--num_train_epochs", "0"], ["--num_train_epochs must be greater than 0"]),
-        ("bert-tiny", ["--learning_rate", "-1"], ["--learning_rate must be greater than 0"]),
+        ("bert-tiny", ["--learning_rate", "-1"], ["--learning_rate must be at least 0"]),
         ("bert-tiny", ["--learning_rate", "nan"], ["--learning_rate must be a finite number"]),
         ("bert-tiny", ["--gradient_accumulation_steps", "0"], ["--gradient_accumulation_steps must be at least 1"]),
         ("bert-tiny", ["--seed", "-1"], ["--seed must be in [0, 4294967296)"]),

@@ -65,7 +65,7 @@ def check_training_arguments(args) -> None:
     if args.max_steps == 0 or args.max_steps < -1:
         raise BertologyError(f"--max_steps must be at least 1 (or -1: train --num_train_epochs), got {args.max_steps}")
     check_range("--num_train_epochs", args.num_train_epochs, 0, low_open=True)  # even where --max_steps rules
-    check_range("--learning_rate", args.learning_rate, 0, low_open=True)
+    check_range("--learning_rate", args.learning_rate, 0)  # 0: the weights stay as loaded (a check some tests use)
     check_range("--weight_decay", args.weight_decay, 0)
     check_range("--adam_beta1", args.adam_beta1, 0, 1, high_open=True)
     check_range("--adam_beta2", args.adam_beta2, 0, 1, high_open=True)
