@@ -10,6 +10,7 @@ Every flag of run_glue.py and of TrainingArguments works (or one JSON/YAML file 
 import sys
 
 from hf_bertology.evaluation.glue import main
+from hf_bertology.utils import run_command
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command(main))

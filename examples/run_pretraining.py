@@ -7,7 +7,10 @@ Every flag of `bertology pretrain --help` works (all `TrainingArguments` flags i
 or YAML file with the same keys.
 """
 
+import sys
+
 from hf_bertology.training.pretrain import main
+from hf_bertology.utils import run_command
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_command(main))

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import random
+import subprocess
 
 import pytest
 from transformers import GPT2Config
@@ -362,3 +363,233 @@ def test_a_new_run_in_a_finished_runs_folder_is_refused(tmp_path, capsys):
     assert run([*argv, *resume], capsys)[0] == 0
     assert run([*argv, "--max_steps", "1", "--overwrite_output_dir"], capsys)[0] == 0
     assert sorted(p.name for p in run_dir.glob("checkpoint-*")) == ["checkpoint-1"]
+
+
+# -- issue 27: values out of range, export targets, GLUE files users have, the token, the one error place ----------
+
+
+@pytest.mark.parametrize(
+    "recipe, flags, needles",
+    [
+        ("bert-tiny", ["--config_overrides", "num_attention_heads=3"], ["hidden_size=32 is not a multiple of", "=3"]),
+        (
+            "xlnet-tiny",
+            ["--config_overrides", "n_head=3"],
+            ["xlnet-tiny", "'d_model % n_head' (2) should be equal to 0"],
+        ),
+        ("bert-tiny", ["--config_overrides", "num_hidden_layers=0"], ["num_hidden_layers", "at least 1, got 0"]),
+        ("roberta-tiny", ["--config_overrides", "num_hidden_layers=-2"], ["num_hidden_layers", "got -2"]),
+        ("bert-tiny", ["--config_overrides", "intermediate_size=0"], ["intermediate_size", "got 0"]),
+        ("bert-tiny", ["--config_overrides", "hidden_dropout_prob=1.5"], ["hidden_dropout_prob", "[0, 1)"]),
+        ("bert-tiny", ["--config_overrides", "vocab_size=50"], ["vocab_size=50 is smaller than the tokenizer's"]),
+        ("bert-tiny", ["--max_steps", "0"], ["--max_steps must be at least 1"]),
+        ("bert-tiny", ["--num_train_epochs", "0"], ["--num_train_epochs must be greater than 0"]),
+        ("bert-tiny", ["--learning_rate", "-1"], ["--learning_rate must be at least 0"]),
+        ("bert-tiny", ["--learning_rate", "nan"], ["--learning_rate must be a finite number"]),
+        ("bert-tiny", ["--gradient_accumulation_steps", "0"], ["--gradient_accumulation_steps must be at least 1"]),
+        ("bert-tiny", ["--seed", "-1"], ["--seed must be in [0, 4294967296)"]),
+        ("bert-tiny", ["--save_total_limit", "0"], ["--save_total_limit must be at least 1"]),
+        ("bert-tiny", ["--dataloader_num_workers", "-1"], ["--dataloader_num_workers must be at least 0"]),
+        ("bert-tiny", ["--max_grad_norm", "-1"], ["--max_grad_norm must be at least 0", "turns clipping off"]),
+        ("bert-tiny", ["--adam_beta2", "1"], ["--adam_beta2 must be in [0, 1)"]),
+        ("bert-tiny", ["--tokenizer_train_samples", "0"], ["--tokenizer_train_samples must be at least 1"]),
+        ("bert-tiny", ["--preprocessing_num_workers", "-1"], ["--preprocessing_num_workers must be at least 0"]),
+    ],
+)
+def test_values_out_of_range_are_one_line_before_training(tmp_path, out, capsys, recipe, flags, needles):
+    """Issue 27 item 7. Before: a matmul/ValueError traceback (heads, dropout, lr, seed, workers), a ZeroDivisionError
+    (accumulation 0), or a model written with exit 0 (0 or -2 layers, FFN 0, vocab 50 silently replaced by the
+    tokenizer's, --max_steps 0 trained the epochs, --save_total_limit 0 kept everything)."""
+    corpus = write_corpus(tmp_path / "corpus.txt", n_docs=5)
+    status, err = run(pretrain_argv(recipe, corpus, out, "--max_steps", "1", *flags), capsys)
+    assert_one_error(status, err, *needles)
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]  # refused before any work
+
+
+def test_a_vocabulary_larger_than_the_tokenizer_is_kept(tmp_path, capsys):
+    """A table padded to a round size is a real choice: kept, no longer replaced by the tokenizer's size."""
+    corpus = write_corpus(tmp_path / "corpus.txt", n_docs=5)
+    argv = pretrain_argv(
+        "bert-tiny", corpus, tmp_path / "o", "--max_steps", "1", "--config_overrides", "vocab_size=320"
+    )
+    assert run(argv, capsys)[0] == 0
+    assert json.loads((tmp_path / "o" / "config.json").read_text())["vocab_size"] == 320
+
+
+@pytest.mark.parametrize(
+    "command, flags, needles",
+    [
+        ("compare", ["--pretrain_max_steps", "0"], ["--pretrain_max_steps must be at least 1"]),
+        ("compare", ["--glue_epochs", "0"], ["--glue_epochs must be greater than 0"]),
+        ("compare", ["--glue_batch_size", "0"], ["--glue_batch_size must be at least 1"]),
+        ("compare", ["--checkpoint_steps", "-1"], ["--checkpoint_steps must be at least 0"]),
+        ("compare", ["--warmup_fraction", "1.5"], ["--warmup_fraction must be in [0, 1)"]),
+        ("compare", ["--budget_flops", "inf"], ["--budget_flops must be a finite number"]),
+        ("compare", ["--pretrain_args", "--hub_token hf_x"], ["holds a --hub_token", "HF_TOKEN"]),
+        ("show-mask", ["--epoch", "-1"], ["--epoch must be at least 0, got -1"]),
+        ("show-mask", ["--example", "-1"], ["--example must be at least 0, got -1"]),
+        ("show-mask", ["--max_steps", "0"], ["--max_steps must be at least 1"]),
+        ("glue", ["--max_seq_length", "0"], ["--max_seq_length must be at least 4"]),
+        ("glue", ["--num_train_epochs", "-1"], ["--num_train_epochs must be greater than 0"]),
+        ("glue", ["--layerwise_lr_decay", "1.5"], ["--layerwise_lr_decay must be in [0, 1]"]),
+        ("glue", ["--max_eval_samples", "0"], ["--max_eval_samples must be at least 1"]),
+    ],
+)
+def test_out_of_range_in_other_commands(tmp_path, out, capsys, command, flags, needles):
+    """Before: compare ran its 0-step pretraining or 0-epoch fine-tuning (exit 0), kept --pretrain_args' token in
+    results.json, and show-mask printed epoch -1's masks."""
+    corpus = write_corpus(tmp_path / "corpus.txt", n_docs=5)
+    required = {
+        "compare": [
+            "--recipes",
+            "bert-tiny",
+            "--train_file",
+            str(corpus),
+            "--budget_flops",
+            "1e9",
+            "--glue_tasks",
+            "",
+        ],
+        "show-mask": ["--recipe", "bert-tiny", "--train_file", str(corpus), "--tokenizer_name", "unused"],
+        "glue": ["--model_name_or_path", "m", "--task_name", "sst2", "--data_dir", str(tmp_path)],
+    }
+    status = cli.main([command, *required[command], "--output_dir", str(out), *flags])
+    assert_one_error(status, capsys.readouterr().err, *needles)
+
+
+def test_export_never_writes_over_a_model(tmp_path, capsys):
+    """Issue 27 item 6. Before: an export into a folder holding a model replaced its weights (exit 0); into a path
+    that is a file, a FileExistsError traceback."""
+    corpus = write_corpus(tmp_path / "corpus.txt", n_docs=20)
+    run_dir = tmp_path / "electra"
+    assert run(pretrain_argv("electra-tiny", corpus, run_dir, "--max_steps", "1"), capsys)[0] == 0
+    target = tmp_path / "exported"
+    assert cli.main(["export", str(run_dir), str(target), "--part", "discriminator"]) == 0
+    weights = (target / "model.safetensors").read_bytes()
+    status = cli.main(["export", str(run_dir), str(target), "--part", "generator"])
+    assert_one_error(status, capsys.readouterr().err, f"{target} already holds a model", "--overwrite")
+    assert (target / "model.safetensors").read_bytes() == weights
+    assert cli.main(["export", str(run_dir), str(target), "--part", "generator", "--overwrite"]) == 0
+    assert (target / "model.safetensors").read_bytes() != weights
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a folder")
+    status = cli.main(["export", str(run_dir), str(a_file), "--part", "generator"])
+    assert_one_error(status, capsys.readouterr().err, f"{a_file} is a file, not a folder")
+    assert a_file.read_text() == "not a folder"
+
+
+@pytest.mark.parametrize(
+    "name, content, task, needles",
+    [
+        ("train.tsv", b"sentence\tlabel\n", "sst2", ["train.tsv: no rows after the header"]),
+        ("train.tsv", "sentence\tlabel\nun caf\xe9 fort\t1\n".encode("latin-1"), "sst2", ["train.tsv:2: not valid UTF-8"]),
+        ("train.jsonl", b'{"sentence": "fine", "label": 1}\n{"sentence": "bad", "label": \n', "sst2", ["train.jsonl:2: not valid JSON"]),
+        ("train.jsonl", b'{"sentence": "fine", "label": 1}\n[1, 2]\n', "sst2", ["train.jsonl:2: a row must be a JSON object"]),
+        ("train.jsonl", b'{"sentence": "fine"}\n{"sentence": "bad"}\n', "sst2", ["train.jsonl: no 'label' column", "--test_file"]),
+        ("train.jsonl", b'{"sentence": "fine", "label": 1}\n{"sentence": "bad", "label": null}\n', "sst2", ["train.jsonl: row 2: no label"]),
+        ("train.jsonl", b'{"sentence1": "a", "sentence2": "b", "label": "high"}\n', "stsb", ["row 1: score 'high' is not a number"]),
+        ("train.csv", b"sentence,label\n", "sst2", ["train.csv: no rows after the header"]),
+        ("dev.jsonl", b"\n", "sst2", ["dev.jsonl: no rows"]),
+    ],
+)  # fmt: skip
+def test_glue_files_users_have_are_one_line(tmp_path, name, content, task, needles):
+    """Issue 27 item 8. Before: header-only files trained on nothing or crashed in the Trainer, a latin-1 file was a
+    UnicodeDecodeError traceback, a malformed JSON line a DatasetGenerationError traceback, an unlabeled train/dev
+    file trained and evaluated on label -1, a non-numeric score a ValueError traceback."""
+    from hf_bertology.evaluation.glue import load_glue_files, read_glue_tsv
+    from hf_bertology.utils import BertologyError
+
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(BertologyError) as caught:
+        if name.endswith(".tsv"):
+            read_glue_tsv(task, path, "train")
+        else:
+            load_glue_files(task, train_file=str(path))
+    for needle in needles:
+        assert needle in str(caught.value), caught.value
+
+
+def test_glue_stray_dev_label_and_long_lines(tmp_path):
+    """A dev label the training file does not have was a new class of an unnamed task (files without --task_name);
+    now refused, naming the file and row. A very long line (over csv's 128 KiB field limit: a traceback before) is
+    read whole; the tokenizer truncates it."""
+    from hf_bertology.evaluation.glue import load_glue_files, read_glue_tsv
+    from hf_bertology.utils import BertologyError
+
+    train, dev = tmp_path / "train.jsonl", tmp_path / "dev.jsonl"
+    train.write_text("".join(json.dumps({"text": f"t {i}", "label": i % 2}) + "\n" for i in range(4)))
+    dev.write_text(json.dumps({"text": "a", "label": 1}) + "\n" + json.dumps({"text": "b", "label": 7}) + "\n")
+    with pytest.raises(BertologyError, match=r"dev.jsonl: row 2: unknown label 7 for task custom \(known: 0, 1\)"):
+        load_glue_files(None, train_file=str(train), validation_file=str(dev))
+    long_text = "word " * 60_000
+    tsv = tmp_path / "dev.tsv"
+    tsv.write_text(f"sentence\tlabel\n{long_text}\t1\n")
+    assert len(read_glue_tsv("sst2", tsv, "validation")[0]["sentence"]) == len(long_text)
+    jsonl = tmp_path / "long.jsonl"
+    jsonl.write_text(json.dumps({"sentence": long_text * 40, "label": 1}) + "\n")  # 12 MB: over pyarrow's block
+    assert len(load_glue_files("sst2", validation_file=str(jsonl))["validation"][0]["sentence"]) == 40 * len(long_text)
+
+
+def test_hub_token_is_never_saved(tmp_path, capsys, monkeypatch):
+    """Issue 27 item 16. Before: `--hub_token` was pickled in plain text into every checkpoint's training_args.bin
+    (pretraining and GLUE). No file under either output folder holds it now; the token is still the one used."""
+    monkeypatch.setenv("HF_TOKEN", "hf_from_the_environment")  # restored after the test
+    secret = "hf_SeCrEt0123456789abcdef"
+    corpus = write_corpus(tmp_path / "corpus.txt", n_docs=20)
+    run_dir = tmp_path / "run"
+    argv = pretrain_argv("bert-tiny", corpus, run_dir, "--max_steps", "2", "--save_steps", "1", "--hub_token", secret)
+    assert run(argv, capsys)[0] == 0
+    glue_data = tmp_path / "SST-2"
+    glue_data.mkdir()
+    for split in ("train", "dev"):
+        (glue_data / f"{split}.tsv").write_text("sentence\tlabel\n" + "a fine film\t1\na dull one\t0\n" * 4)
+    glue_out = tmp_path / "glue"
+    glue_argv = ["--model_name_or_path", str(run_dir), "--task_name", "sst2", "--data_dir", str(glue_data)]
+    glue_argv += ["--output_dir", str(glue_out), "--max_steps", "2", "--save_steps", "1", "--hub_token", secret]
+    glue_argv += ["--per_device_train_batch_size", "4", "--report_to", "none", "--use_cpu", "true"]
+    assert cli.main(["glue", *glue_argv]) == 0, capsys.readouterr().err[-3000:]
+    files = [p for folder in (run_dir, glue_out) for p in folder.rglob("*") if p.is_file()]
+    assert any(p.name == "training_args.bin" for p in files)
+    assert [str(p) for p in files if secret.encode() in p.read_bytes()] == []
+    assert secret not in capsys.readouterr().err
+    assert os.environ["HF_TOKEN"] == secret  # the flag still wins over the environment, in memory
+
+    from hf_bertology.hub import keep_token_out_of_files
+
+    class Args:
+        hub_token = "hf_other"
+
+    assert keep_token_out_of_files(Args()).hub_token is None and os.environ["HF_TOKEN"] == "hf_other"
+
+
+@pytest.mark.parametrize(
+    "module, argv, needles",
+    [
+        ("hf_bertology.training.pretrain", ["--recipe", "bert-tiny", "--max_steps", "0"], ["--max_steps"]),
+        ("hf_bertology.evaluation.compare", ["--recipes", "", "--output_dir", "o"], ["--recipes needs"]),
+        ("hf_bertology.evaluation.glue", ["--model_name_or_path", "m", "--output_dir", "o"], ["give the data"]),
+        ("hf_bertology.export", ["missing", "o", "--part", "generator"], ["missing is not a checkpoint folder"]),
+        ("hf_bertology.training.show_mask", ["--recipe", "bert-tiny", "--output_dir", "o", "--epoch", "-1"], ["--epoch"]),
+        ("hf_bertology.hub", ["missing", "me/repo"], ["missing"]),
+    ],
+)  # fmt: skip
+def test_every_module_entry_point_is_one_error_line(tmp_path, module, argv, needles):
+    """`python -m <command module>` (and examples/*.py) print our errors as `bertology` does: one line, exit 2.
+    Before: pretrain, compare, export, show-mask and glue printed a traceback (exit 1); push did nothing (exit 0)."""
+    from platform_support import PYTHON, subprocess_env
+
+    done = subprocess.run(
+        [PYTHON, "-m", module, *argv], env=subprocess_env(), cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert_one_error(done.returncode, done.stderr, *needles)
+
+
+def test_an_xlnet_size_override_by_its_own_name_is_applied():
+    """`--config_overrides n_head=8` on xlnet-tiny was silently dropped: the preset's `num_attention_heads=4` (BERT's
+    name, mapped to XLNet's) replaced it, and a model of 4 heads trained."""
+    from hf_bertology.recipes import get_recipe
+
+    config = get_recipe("xlnet-tiny", n_head=8, d_inner=40).config
+    assert (config.n_head, config.d_head, config.d_inner) == (8, 4, 40)
+    assert get_recipe("xlnet-tiny").config.n_head == 4

@@ -11,6 +11,7 @@ import pytest
 
 import hf_bertology as hb
 from hf_bertology import cli
+from hf_bertology.training import pretrain
 from platform_support import PYTHON, REPO, pretrain_argv, subprocess_env, write_corpus
 
 # Runs `bertology pretrain ARGV` as a child and prints the child's peak RSS (KiB on Linux): a fresh process, so
@@ -74,3 +75,29 @@ def test_streaming_a_multi_gb_corpus_keeps_memory_flat(tmp_path):
     print(f"peak RSS: {gigabytes:g} GB corpus {peaks['big']:.0f} MiB, 1 MB corpus {peaks['small']:.0f} MiB")
     assert peaks["big"] < 1.25 * peaks["small"] + 200, peaks  # flat: independent of the corpus size
     assert peaks["big"] < big.stat().st_size / 2**20 / 2, peaks  # and far below the corpus
+
+
+def test_two_processes_stream_any_corpus(tmp_path):
+    """Issue 27 item 11: with accelerate's default dispatch, process 0 concatenated one batch per process, and batches
+    padded to different lengths (any corpus whose examples are not all full-length; WikiText-2 at step 6) crashed
+    the job. Each process now reads its own share: the job runs, and the two processes of batch B together see the
+    tokens one process sees with batch 2B (disjoint shares, nothing skipped)."""
+    corpus = write_corpus(tmp_path / "corpus.txt", n_docs=40)  # NSP pairs of many lengths: the first step crashed
+    out = tmp_path / "job"
+    flags = ["--streaming", "--max_steps", "3", "--logging_steps", "1"]
+    launcher = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    done = subprocess.run(
+        [*launcher, "-m", "hf_bertology", "pretrain", *pretrain_argv("bert-tiny", corpus, out, *flags)],
+        env=subprocess_env(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stderr.count(f"wrote {out}") == 1, done.stderr[-4000:]
+    job = json.loads((out / "all_results.json").read_text())
+    single = pretrain_argv("bert-tiny", corpus, tmp_path / "single", *flags, "--tokenizer_name", str(out))
+    single[single.index("--per_device_train_batch_size") + 1] = "8"
+    reference = pretrain.main(single)
+    assert job["tokens_seen"] == reference["tokens_seen"] > 0, (job, reference)

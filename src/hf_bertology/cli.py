@@ -3,7 +3,8 @@
     bertology pretrain --recipe roberta-mini --train_file corpus.txt --output_dir out
     bertology glue --model_name_or_path out --task_name sst2 --data_dir glue/SST-2 --output_dir glue_out
 
-A :class:`~hf_bertology.utils.BertologyError` is printed as one ``error:`` line (exit status 2), never a traceback.
+A :class:`~hf_bertology.utils.BertologyError` is printed as one ``error:`` line (exit status 2), never a traceback:
+:func:`~hf_bertology.utils.run_command` does it, for this command and for every ``python -m`` sub-command module.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from .utils import BertologyError
+from .utils import run_command
 
 # sub-command -> (module, one-line help); modules are imported only when their command runs.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -40,16 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         print(f"error: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[command][0])
-    try:
-        result = module.main(rest)
-    except BertologyError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    return result if isinstance(result, int) else 0
+    return run_command(importlib.import_module(COMMANDS[command][0]).main, rest)
 
 
 if __name__ == "__main__":

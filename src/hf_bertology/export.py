@@ -31,13 +31,30 @@ from .hub import write_part_card
 from .models import deberta_v3
 from .models.composed import COMPOSED_MODELS
 from .models.electra import BertologyElectraForPreTraining, discriminator_config, generator_config
-from .utils import BertologyError, logger, refuse_same_folder, set_verbosity
+from .utils import BertologyError, logger, refuse_same_folder, run_command, set_verbosity
 
 ELECTRA_PARTS = {
     # part -> (vanilla class, config builder, prefix of its weights in the joint model)
     "discriminator": (ElectraForPreTraining, discriminator_config, ""),
     "generator": (ElectraForMaskedLM, generator_config, "generator."),
 }
+
+
+MODEL_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "config.json")
+
+
+def check_target(output_dir: str | Path, overwrite: bool = False) -> None:
+    """The folder to export into: a path that is a file, or a folder that already holds a model, is refused before
+    any work (`save_pretrained` would replace its weights silently); `overwrite` allows the second."""
+    output_dir = Path(output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise BertologyError(f"{output_dir} is a file, not a folder: give a folder to export into")
+    held = [name for name in MODEL_FILES if (output_dir / name).is_file()]
+    if held and not overwrite:
+        raise BertologyError(
+            f"{output_dir} already holds a model ({', '.join(held)}): choose another folder, or pass --overwrite "
+            "to replace it"
+        )
 
 
 def _write(model, checkpoint: Path, output_dir: Path, tokenizer=None) -> Path:
@@ -307,11 +324,13 @@ def main(argv: list[str] | None = None) -> int:
         "encoder): read from its config.json",
     )
     parser.add_argument("checkpoint", help="folder written by `bertology pretrain` with an ELECTRA-style objective")
-    parser.add_argument("output_dir", help="folder to write")
+    parser.add_argument("output_dir", help="folder to write (new, or without a model in it)")
+    parser.add_argument("--overwrite", action="store_true", help="replace a model already in output_dir")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if sum(flag is not None for flag in (args.part, args.electra_part, args.deberta_v3_part)) != 1:
         parser.error("give exactly one of --part, --electra-part or --deberta_v3_part")
     refuse_same_folder(args.checkpoint, args.output_dir, "bertology export")
+    check_target(args.output_dir, args.overwrite)
     set_verbosity()
     if args.part is not None:
         export_part(args.checkpoint, args.output_dir, args.part)
@@ -324,4 +343,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command(main))

@@ -10,6 +10,7 @@ weights hold every backbone parameter that class has. A joint run (two networks)
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .utils import BertologyError, logger
+from .utils import BertologyError, logger, run_command
 
 CARD_TEMPLATE = """---
 {metadata}
@@ -416,6 +417,21 @@ def push_folder(
     return commit.commit_url
 
 
+def keep_token_out_of_files(training_args):
+    """`--hub_token` is never written to disk: the Trainer pickles its TrainingArguments into every checkpoint's
+    `training_args.bin` (pretraining and GLUE), so a copied or shared run folder would carry the token in plain
+    text. The token moves to this process's environment (`HF_TOKEN`, which `huggingface_hub` reads at every call,
+    so our push and the Trainer's still use it) and the arguments keep none. Returns `training_args`."""
+    if training_args.hub_token:
+        os.environ["HF_TOKEN"] = training_args.hub_token
+        training_args.hub_token = None
+        logger.warning(
+            "--hub_token is kept in memory only (never saved with the run); prefer HF_TOKEN or `hf auth login`, "
+            "which leave it off the command line too"
+        )
+    return training_args
+
+
 def push_from_training_args(folder: str | Path, training_args) -> str | None:
     """`--push_to_hub` for any command: push `folder` with the Trainer's hub flags (`--hub_model_id`, default the
     folder's name; `--hub_token`; `--hub_private_repo`; `--hub_revision`). Returns the commit URL, or None when the
@@ -449,3 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     url = push_folder(args.checkpoint, args.repo_id, args.token, args.private, args.commit_message, args.revision)
     print(url)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_command(main))

@@ -18,6 +18,24 @@ class BertologyError(Exception):
     """A user-facing error: one clear line, no traceback on the command line."""
 
 
+def run_command(main, argv: list[str] | None = None) -> int:
+    """Run a command's `main(argv)` and return its exit status: the one place where our errors become one
+    `error: ...` line on stderr and exit status 2 (the `bertology` command and every `python -m` module use it).
+
+    Foreign exceptions that mean bad input are translated into BertologyError where they are raised (the reader,
+    the check), not here: anything else is a bug and keeps its traceback. Ctrl-C is `interrupted` and 130, the
+    shell's status for SIGINT."""
+    try:
+        result = main(argv)
+    except BertologyError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return result if isinstance(result, int) else 0
+
+
 class _StderrHandler(logging.StreamHandler):
     """Writes to whatever `sys.stderr` is at the time (pytest and notebooks swap it), not the one at set-up."""
 

@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 
 from ..recipes import get_recipe
-from ..utils import BertologyError, argument_parser, logger, parse_arguments, set_verbosity
+from ..training.input_checks import MIN_SEQ_LENGTH, SEED_LIMIT, check_counts, check_range
+from ..utils import BertologyError, argument_parser, logger, parse_arguments, run_command, set_verbosity
 from . import glue
 
 PRETRAIN_RESULTS = "compare_pretrain.json"
@@ -116,6 +117,38 @@ def _split(text: str | None) -> list[str]:
     return [item.strip() for item in (text or "").split(",") if item.strip()]
 
 
+def check_ranges(args: CompareArguments) -> None:
+    """Every count and rate in range (docs/bad_input.md); a budget that is not finite is refused too."""
+    check_range("--budget_flops", args.budget_flops, 0, low_open=True)
+    check_range("--budget_minutes", args.budget_minutes, 0, low_open=True)
+    check_counts(
+        {
+            "--pretrain_max_steps": args.pretrain_max_steps,
+            "--logging_steps": args.logging_steps,
+            "--glue_batch_size": args.glue_batch_size,
+            "--vocab_size": args.vocab_size,
+            "--tokenizer_train_samples": args.tokenizer_train_samples,
+            "--max_train_samples": args.max_train_samples,
+            "--glue_max_train_samples": args.glue_max_train_samples,
+            "--glue_max_eval_samples": args.glue_max_eval_samples,
+        }
+    )
+    check_range("--max_seq_length", args.max_seq_length, MIN_SEQ_LENGTH)
+    check_range("--glue_max_seq_length", args.glue_max_seq_length, 4)
+    check_range("--checkpoint_steps", args.checkpoint_steps, 0, hint=" (0: never)")
+    check_range("--preprocessing_num_workers", args.preprocessing_num_workers, 0)
+    check_range("--seed", args.seed, 0, SEED_LIMIT, high_open=True)
+    check_range("--warmup_fraction", args.warmup_fraction, 0, 1, high_open=True)
+    check_range("--glue_epochs", args.glue_epochs, 0, low_open=True)
+    check_range("--glue_learning_rate", args.glue_learning_rate, 0, low_open=True)
+    for flag in ("pretrain_args", "glue_args"):
+        if "--hub_token" in (getattr(args, flag) or ""):
+            raise BertologyError(
+                f"--{flag} holds a --hub_token, which the comparison's settings files would keep: set HF_TOKEN or "
+                "run `hf auth login` instead"
+            )
+
+
 def check_args(args: CompareArguments) -> tuple[list[str], list[str], str | None]:
     """(recipes, GLUE tasks, baseline recipe or None), with every user mistake as one BertologyError."""
     recipes = _split(args.recipes)
@@ -129,6 +162,7 @@ def check_args(args: CompareArguments) -> tuple[list[str], list[str], str | None
         raise BertologyError("give exactly one budget: --budget_flops F or --budget_minutes M")
     if (args.budget_flops or args.budget_minutes) <= 0:
         raise BertologyError("the budget must be positive")
+    check_ranges(args)
     if not (args.train_file or args.dataset_name):
         raise BertologyError("give the pretraining corpus: --train_file FILE… or --dataset_name NAME")
     tasks = [glue.get_task(name).name for name in _split(args.glue_tasks)]
@@ -535,4 +569,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_command(main))

@@ -34,7 +34,7 @@ from transformers import AutoTokenizer, TrainingArguments, set_seed
 
 from ..data import build_pretraining_dataset, default_corpus, load_corpus, tokenize_corpus
 from ..export import write_part_folders
-from ..hub import push_from_training_args, save_folder, write_model_card
+from ..hub import keep_token_out_of_files, push_from_training_args, save_folder, write_model_card
 from ..recipes import (
     BACKBONES,
     SIZE_FIELDS,
@@ -54,11 +54,14 @@ from ..utils import (
     logger,
     parse_arguments,
     read_argument_file,
+    run_command,
     set_verbosity,
 )
 from .attention import configure_attention
 from .callbacks import SaveOnInterrupt, callbacks_for
 from .checkpoints import apply_umask, check_checkpoint, finished_step, list_checkpoints, newest_complete, run_lock
+from .input_checks import MIN_SEQ_LENGTH, check_config, check_counts, check_range, check_training_arguments
+from .scale_out import stream_per_process
 
 
 @dataclass
@@ -363,6 +366,7 @@ def build_recipe(model_args: ModelArguments) -> Recipe:
         length = getattr(config, "max_seq_length", None) or min(512, max_positions(config))
         recipe = Recipe(source, variant.name, config, {}, config.vocab_size, length)
         recipe.backbone = backbone
+        check_config(recipe.config, source)
         return recipe
     elif source and not Path(source).exists():
         raise BertologyError(f"{source}: no such folder (a model from the Hub needs --recipe to say what to train)")
@@ -377,6 +381,7 @@ def build_recipe(model_args: ModelArguments) -> Recipe:
                 f"{source}: no such folder, and no model of that name could be loaded from the Hub "
                 f"({str(err).strip().splitlines()[0]})"
             ) from None
+    check_config(recipe.config, f"--recipe {recipe.name}")
     return recipe
 
 
@@ -475,22 +480,18 @@ def check_resume(checkpoint: str, recipe: Recipe) -> None:
             )
 
 
-MIN_SEQ_LENGTH = 8  # shorter, and every recipe's prediction cap or segment pair runs out of room
-
-
 def check_sizes(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> None:
     """Sizes and counts as one line each, before any work: torch, datasets and the configs would refuse them deep
     inside with a traceback (a batch of 0), or read 0 as "the default" (`--vocab_size 0`)."""
+    check_training_arguments(training_args)
     counts = {
-        "--per_device_train_batch_size": training_args.per_device_train_batch_size,
-        "--per_device_eval_batch_size": training_args.per_device_eval_batch_size,
         "--max_train_samples": data_args.max_train_samples,
         "--max_eval_samples": data_args.max_eval_samples,
         "--vocab_size": model_args.vocab_size,
+        "--tokenizer_train_samples": model_args.tokenizer_train_samples,
     }
-    for flag, value in counts.items():
-        if value is not None and value < 1:
-            raise BertologyError(f"{flag} must be at least 1, got {value}")
+    check_counts(counts)
+    check_range("--preprocessing_num_workers", data_args.preprocessing_num_workers, 0)  # 0: the main process
     if data_args.max_seq_length is not None and data_args.max_seq_length < MIN_SEQ_LENGTH:
         raise BertologyError(f"--max_seq_length must be at least {MIN_SEQ_LENGTH}, got {data_args.max_seq_length}")
     holding_out = training_args.do_eval and not data_args.validation_file
@@ -545,7 +546,7 @@ def training_arguments(
         **recipe.training_defaults,
         **launcher_defaults(explicit),
     }
-    training_args = fit_warmup(apply_defaults(training_args, defaults, explicit))
+    training_args = keep_token_out_of_files(fit_warmup(apply_defaults(training_args, defaults, explicit)))
     check_world_size(training_args)
     return training_args
 
@@ -611,9 +612,19 @@ def build_tokenizer(
 
 
 def fit_to_tokenizer(recipe: Recipe, tokenizer, model_args: ModelArguments) -> None:
-    """A new model takes the tokenizer's vocabulary and special-token ids; a checkpoint must hold all its tokens."""
+    """A new model takes the tokenizer's vocabulary and special-token ids; a checkpoint must hold all its tokens.
+    A `vocab_size` in `--config_overrides` is kept when it holds the tokenizer's tokens (a table padded to a round
+    size), refused when it does not (it used to be replaced by the tokenizer's silently)."""
+    asked = parse_overrides(model_args.config_overrides).get("vocab_size")
+    if asked is not None and asked < len(tokenizer):
+        raise BertologyError(
+            f"--config_overrides vocab_size={asked} is smaller than the tokenizer's {len(tokenizer)} tokens: raise it, "
+            "or leave it out to take the tokenizer's"
+        )
     if model_args.model_name_or_path is None:
         recipe.adapt_to_tokenizer(tokenizer)
+        if asked is not None:
+            recipe.config.vocab_size = asked
     elif len(tokenizer) > recipe.config.vocab_size:
         raise BertologyError(
             f"the tokenizer has {len(tokenizer)} tokens but the checkpoint's vocabulary only {recipe.config.vocab_size}"
@@ -638,10 +649,13 @@ def set_lengths(recipe: Recipe, tokenizer, data_args: DataArguments, model_args:
 
 def build_model(recipe: Recipe, model_args: ModelArguments):
     """The pretraining model: the recipe's, freshly initialised, or `--model_name_or_path` with the recipe's config."""
-    if model_args.model_name_or_path:
-        model = recipe.model_class.from_pretrained(model_args.model_name_or_path, config=recipe.config)
-    else:
-        model = recipe.build_model()
+    try:
+        if model_args.model_name_or_path:
+            model = recipe.model_class.from_pretrained(model_args.model_name_or_path, config=recipe.config)
+        else:
+            model = recipe.build_model()
+    except ValueError as err:  # transformers' modules check their config as they are built (a generator's too)
+        raise BertologyError(f"cannot build the model of --recipe {recipe.name}: {str(err).splitlines()[0]}") from None
     logger.info("%s: %s parameters", type(model).__name__, f"{model.num_parameters():,}")
     return model
 
@@ -829,6 +843,7 @@ def run_pretraining(
     recipe = build_recipe(model_args)
     training_args = training_arguments(training_args, recipe, explicit, data_args.streaming)
     check_sizes(model_args, data_args, training_args)
+    callbacks = [*(callbacks or []), *stream_per_process(training_args, data_args.streaming, explicit)]
     with run_lock(training_args.output_dir, training_args.process_index == 0):  # one run per folder
         return train_in_folder(model_args, data_args, training_args, recipe, callbacks)
 
@@ -871,4 +886,4 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_command(main))

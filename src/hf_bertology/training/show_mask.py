@@ -19,12 +19,14 @@ import torch
 from transformers import TrainingArguments
 
 from ..collators.base import EXAMPLE_ID
-from ..utils import BertologyError, argument_parser, parse_arguments
+from ..utils import BertologyError, argument_parser, parse_arguments, run_command
+from .input_checks import check_counts
 from .pretrain import (
     DataArguments,
     ModelArguments,
     build_datasets,
     build_recipe,
+    check_sizes,
     fit_to_tokenizer,
     load_corpora,
     load_tokenizer,
@@ -87,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         (ModelArguments, DataArguments, TrainingArguments, ShowMaskArguments), "bertology show-mask"
     )
     model_args, data_args, training_args, show = parse_arguments(parser, argv)
+    check_sizes(model_args, data_args, training_args)
+    check_counts({"--example": show.example, "--epoch": show.epoch}, minimum=0)
     if data_args.streaming:
         raise BertologyError("show-mask needs a map-style dataset: a streamed example has no index")
     recipe = build_recipe(model_args)
@@ -107,4 +111,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command(main))

@@ -2,6 +2,7 @@
 
 import sys
 
+from ...utils import run_command
 from . import main
 
-sys.exit(main())
+sys.exit(run_command(main))

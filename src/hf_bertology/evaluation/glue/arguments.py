@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...hub import keep_token_out_of_files
+from ...training.input_checks import check_counts, check_range, check_training_arguments
 from ...utils import accelerator_defaults, argument_parser, parse_arguments
 from .tasks import GLUE_TASKS
 
@@ -111,4 +113,20 @@ def parse_args(argv: Sequence[str] | None = None):
     model_args, data_args, training_args = parse_arguments(_parser(), argv, file_defaults)
     if not (training_args.do_train or training_args.do_eval or training_args.do_predict):
         training_args.do_train = training_args.do_eval = True
-    return model_args, data_args, training_args
+    check_arguments(model_args, data_args, training_args)
+    return model_args, data_args, keep_token_out_of_files(training_args)
+
+
+def check_arguments(model_args: ModelArguments, data_args: DataTrainingArguments, training_args) -> None:
+    """Every number in range before any work (docs/bad_input.md): one BertologyError line."""
+    check_training_arguments(training_args)
+    check_counts(
+        {
+            "--max_train_samples": data_args.max_train_samples,
+            "--max_eval_samples": data_args.max_eval_samples,
+            "--max_predict_samples": data_args.max_predict_samples,
+        }
+    )
+    check_range("--max_seq_length", data_args.max_seq_length, 4, hint=" ([CLS], [SEP] and a token of each sentence)")
+    check_range("--preprocessing_num_workers", data_args.preprocessing_num_workers, 0)
+    check_range("--layerwise_lr_decay", model_args.layerwise_lr_decay, 0, 1, hint=" (0 trains the head only)")

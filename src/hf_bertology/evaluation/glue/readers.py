@@ -3,13 +3,19 @@
 Every reader returns the columns of the Hub's ``nyu-mll/glue`` (the task's sentence keys, ``label``, ``idx``) and its
 label ids, so the fine-tuning run does not care where the data came from. The TSV reader follows GLUE's, BERT's and
 transformers' processors (``csv.QUOTE_NONE``) and is strict: a missing column, an unknown label or a row with too
-many tabs is one clear error naming the file and line.
+many tabs is one clear error naming the file and line. Every reader also refuses, naming file and row: a file that is
+not UTF-8, a file with no rows (a header alone), a malformed JSON line, a train or dev row without a label, and a
+label outside the task's label set (files of an unnamed task: outside the train file's). A very long line is read
+(the tokenizer truncates it), however long.
 """
 
 from __future__ import annotations
 
 import csv
+import io
+import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +23,43 @@ import datasets
 
 from ...utils import BertologyError
 from .tasks import INDEX_COLUMN, LABEL_COLUMN, GlueTask, get_task
+
+
+def read_text(path: Path) -> str:
+    """The file's text (a byte-order mark dropped); a file that is not UTF-8 is one error naming its line."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")  # MRPC's files start with a byte-order mark
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise BertologyError(f"{path}:{line}: not valid UTF-8 (byte {err.start}); save the file as UTF-8") from None
+
+
+def check_json_lines(path: Path) -> None:
+    """A JSON Lines file whose every line is an object, else one error naming the line (datasets' own message is a
+    traceback about pyarrow blocks); a file that is one JSON document (an array, or an object with a data field)
+    is left to datasets."""
+    text = read_text(path)
+    lines = text.splitlines()
+    if not text.strip():
+        raise BertologyError(f"{path}: no rows")
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as err:
+            if number == 1 and not path.suffix == ".jsonl":
+                try:
+                    json.loads(text)
+                    return  # one JSON document over several lines
+                except ValueError:
+                    pass
+            raise BertologyError(f"{path}:{number}: not valid JSON ({err})") from None
+        if not isinstance(row, dict):
+            if number == 1 and len(lines) == 1 and path.suffix != ".jsonl":
+                return  # a one-line JSON document
+            raise BertologyError(f"{path}:{number}: a row must be a JSON object, found {type(row).__name__}")
 
 
 def _features(task: GlueTask) -> datasets.Features:
@@ -43,8 +86,8 @@ def read_glue_tsv(task: GlueTask | str, path: str | os.PathLike, split: str | No
     if split is None:
         split = "test" if path.name.startswith("test") else "train"
     headerless = task.headerless is not None and not split.startswith("test")
-    # utf-8-sig: MRPC's files start with a byte-order mark, which would otherwise glue itself to "Quality".
-    with open(path, encoding="utf-8-sig", newline="") as f:
+    with io.StringIO(read_text(path), newline="") as f:
+        csv.field_size_limit(sys.maxsize)  # a long text is read whole, and truncated by the tokenizer
         rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
         header = list(task.headerless) if headerless else next(rows, None)
         if header is None:
@@ -101,6 +144,8 @@ def read_glue_tsv(task: GlueTask | str, path: str | os.PathLike, split: str | No
                     raise BertologyError(f"{where}: index {row[index_pos]!r} is not an integer") from None
             else:
                 data[INDEX_COLUMN].append(len(data[INDEX_COLUMN]))
+    if not data[INDEX_COLUMN]:
+        raise BertologyError(f"{path}: no rows{' after the header' if not headerless else ''}")
     return datasets.Dataset.from_dict(data, features=_features(task))
 
 
@@ -160,12 +205,17 @@ def load_glue_files(
     if len(extensions) != 1 or not extensions <= {"csv", "json"}:
         raise BertologyError(f"data files must all be .csv or all .json/.jsonl, got {', '.join(files.values())}")
     builder = extensions.pop()
+    for f in files.values():  # datasets' own errors here are tracebacks about pyarrow blocks or empty splits
+        if builder == "json":
+            check_json_lines(Path(f))
+        elif sum(1 for line in read_text(Path(f)).splitlines() if line.strip()) < 2:
+            raise BertologyError(f"{f}: no rows after the header")
     kwargs = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if all(f.endswith(".tsv") for f in files.values()) else {}
     raw = datasets.load_dataset(builder, data_files=files, cache_dir=cache_dir, **kwargs)
     if task is None:
         task = infer_task_from_columns(raw)
     task = get_task(task) if isinstance(task, str) else task
-    return datasets.DatasetDict({split: _conform(task, ds, files[split]) for split, ds in raw.items()})
+    return datasets.DatasetDict({split: _conform(task, ds, files[split], split) for split, ds in raw.items()})
 
 
 def infer_task_from_columns(raw: datasets.DatasetDict) -> GlueTask:
@@ -188,21 +238,30 @@ def infer_task_from_columns(raw: datasets.DatasetDict) -> GlueTask:
         names = raw_labels = None
         metrics = ("pearson", "spearmanr")
     else:
-        values = sorted({str(v) for s in raw.values() if LABEL_COLUMN in s.column_names for v in s[LABEL_COLUMN]})
+        # the label set is the training file's: a label only the dev file has is refused, not a new class
+        values = sorted({str(v) for v in raw[split][LABEL_COLUMN] if v is not None and str(v) != "-1"})
         names = raw_labels = tuple(values)
         metrics = ("accuracy",)
     columns_map = {k: k for k in keys if k} | {"label": LABEL_COLUMN, "idx": INDEX_COLUMN}
     return GlueTask("custom", "", keys, columns_map, names, raw_labels, metrics, {}, {})
 
 
-def _conform(task: GlueTask, ds: datasets.Dataset, source: str) -> datasets.Dataset:
-    """Rename/encode a CSV/JSON split to the Hub's columns and label ids."""
+def _conform(task: GlueTask, ds: datasets.Dataset, source: str, split: str = "train") -> datasets.Dataset:
+    """Rename/encode a CSV/JSON split to the Hub's columns and label ids. A train or validation row needs a label (a
+    test file's may have none: -1, as on the Hub)."""
+    if len(ds) == 0:
+        raise BertologyError(f"{source}: no rows")
+    labelled = not split.startswith("test")
     for key in task.sentence_keys:
         if key and key not in ds.column_names:
             raise BertologyError(
                 f"{source}: no column {key!r} for task {task.name} (columns: {', '.join(ds.column_names)})"
             )
     has_label = LABEL_COLUMN in ds.column_names
+    if labelled and not has_label:
+        raise BertologyError(
+            f"{source}: no {LABEL_COLUMN!r} column, and a {split} file needs labels (unlabeled rows go in --test_file)"
+        )
     lookup: dict[str, int] = {}
     if not task.is_regression:
         lookup = {str(i): i for i in range(task.num_labels)}
@@ -212,13 +271,21 @@ def _conform(task: GlueTask, ds: datasets.Dataset, source: str) -> datasets.Data
     def encode(example: dict[str, Any], i: int) -> dict[str, Any]:
         value = example[LABEL_COLUMN] if has_label else None
         if value is None or (not task.is_regression and str(value) == "-1"):
+            if labelled:
+                raise BertologyError(f"{source}: row {i + 1}: no label, and a {split} file needs one")
             label = -1.0 if task.is_regression else -1  # unlabeled (test) row
         elif task.is_regression:
-            label = float(value)
+            try:
+                label = float(value)
+            except ValueError:
+                raise BertologyError(f"{source}: row {i + 1}: score {value!r} is not a number") from None
         elif str(value).strip() in lookup:
             label = lookup[str(value).strip()]
         else:
-            raise BertologyError(f"{source}: row {i + 1}: unknown label {value!r} for task {task.name}")
+            known = ", ".join(task.raw_labels or ())
+            raise BertologyError(
+                f"{source}: row {i + 1}: unknown label {value!r} for task {task.name} (known: {known})"
+            )
         idx = example.get(INDEX_COLUMN, i)
         return {LABEL_COLUMN: label, INDEX_COLUMN: i if idx is None else int(idx)}
 

@@ -50,9 +50,10 @@ class BertologyXLNetConfig(XLNetConfig):
         **kwargs,
     ):
         # BERT's names (the recipes' size tables) -> XLNet's, before the base-size defaults are filled in
+        # (an XLNet name given too, e.g. `--config_overrides n_head=8` on a preset's num_attention_heads, wins)
         for alias, name in (*self.attribute_map.items(), ("intermediate_size", "d_inner")):
             if alias in kwargs and alias != name:
-                kwargs[name] = kwargs.pop(alias)
+                kwargs.setdefault(name, kwargs.pop(alias))
         for name, base_value in (("d_model", 768), ("n_layer", 12), ("n_head", 12), ("d_inner", 3072)):
             kwargs.setdefault(name, base_value)
         for name, official in (("mem_len", 384), ("reuse_len", 256)):
