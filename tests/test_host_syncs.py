@@ -5,6 +5,7 @@ Trainer's, the sync-free AUC vs scikit-learn."""
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 import pytest
@@ -194,7 +195,7 @@ def test_gpu_defaults_copy_batches_without_blocking(monkeypatch, corpus_file, tm
     DataLoader workers (none when streaming); the copy setting parses and trains as a flag too (here on the CPU)."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
-    monkeypatch.setattr(pretrain.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
     defaults = pretrain.device_defaults(set())
     assert defaults == {
         "tf32": True,
@@ -204,7 +205,7 @@ def test_gpu_defaults_copy_batches_without_blocking(monkeypatch, corpus_file, tm
         "bf16": True,
     }
     assert "dataloader_num_workers" not in pretrain.device_defaults(set(), streaming=True)
-    monkeypatch.setattr(pretrain.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
     assert pretrain.device_defaults(set())["dataloader_num_workers"] == 1
     assert pretrain.device_defaults({"use_cpu"}) == {"dataloader_pin_memory": False}  # nothing to pin for
     assert pretrain.PRETRAIN_DEFAULTS["logging_nan_inf_filter"] is False  # its isnan test syncs every micro-batch

@@ -1,0 +1,58 @@
+"""ALBERT (Lan et al. 2020): the variant row, its presets (v2 settings) and their sources."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..collators import DataCollatorForSpanMasking
+from ..models.albert import BertologyAlbertConfig, BertologyAlbertForPreTraining
+from .base import Variant, make_preset
+
+VARIANT = Variant(
+    "albert",
+    BertologyAlbertConfig,
+    BertologyAlbertForPreTraining,
+    DataCollatorForSpanMasking,
+    "unigram",
+    backbone="albert",
+    parts={"sentence_task": "sop"},
+)
+
+# ALBERT: README pretraining command (RECIPES.md §4): batch 4096, lr 0.00176, 3125 warmup, 125k steps, linear
+# decay, wd 0.01, eps 1e-6. The official optimizer is LAMB, which torch does not ship: the Trainer's AdamW runs
+# instead (LAMB's per-layer trust ratio is what keeps this lr stable at batch 4096; lower it for AdamW).
+ALBERT_TRAINING = {
+    "learning_rate": 0.00176,
+    "adam_beta1": 0.9,
+    "adam_beta2": 0.999,
+    "adam_epsilon": 1e-6,
+    "weight_decay": 0.01,
+    "warmup_steps": 3125,
+    "max_steps": 125_000,
+    "per_device_train_batch_size": 4096,
+    "lr_scheduler_type": "linear",
+    "max_grad_norm": 1.0,
+}
+# v2 settings: gelu_new, no dropout; E=128; all layers shared (one group). xlarge/xxlarge sizes from Table 1.
+ALBERT_ARCH = {"embedding_size": 128, "hidden_act": "gelu_new", "num_hidden_groups": 1, "inner_group_num": 1}
+ALBERT_ARCH.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0)
+ALBERT_SIZES = {
+    "xlarge": {"num_hidden_layers": 24, "hidden_size": 2048, "num_attention_heads": 16, "intermediate_size": 8192},
+    "xxlarge": {"num_hidden_layers": 12, "hidden_size": 4096, "num_attention_heads": 64, "intermediate_size": 16384},
+}
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "albert-base": make_preset("albert", "base", ALBERT_ARCH, ALBERT_TRAINING, vocab_size=30000, max_seq_length=512),
+    "albert-large": make_preset("albert", "large", ALBERT_ARCH, ALBERT_TRAINING, vocab_size=30000, max_seq_length=512),
+    "albert-xlarge": {
+        **make_preset("albert", "large", ALBERT_ARCH, ALBERT_TRAINING, vocab_size=30000, max_seq_length=512),
+        "config": {**ALBERT_ARCH, **ALBERT_SIZES["xlarge"]},
+    },
+    "albert-xxlarge": {
+        **make_preset("albert", "large", ALBERT_ARCH, ALBERT_TRAINING, vocab_size=30000, max_seq_length=512),
+        "config": {**ALBERT_ARCH, **ALBERT_SIZES["xxlarge"]},
+    },
+    "albert-mini": make_preset("albert", "mini", ALBERT_ARCH, ALBERT_TRAINING),
+    "albert-tiny": make_preset("albert", "tiny", {**ALBERT_ARCH, "embedding_size": 16}, ALBERT_TRAINING),
+}

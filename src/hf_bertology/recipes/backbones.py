@@ -1,0 +1,52 @@
+"""The encoders an objective can run on (`models/composed`): `Backbone` rows and the config fields that say what
+carries over from one preset to another."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..models.composed import COMPOSED_CONFIGS, COMPOSED_MODELS
+
+
+@dataclass(frozen=True)
+class Backbone:
+    """An encoder an objective can run on: its composed classes, and the paper variant whose presets give its
+    architecture (activation, embedding size, positions, DeBERTa-v3's relative attention, ...) at each size."""
+
+    name: str
+    model_type: str
+    architecture_of: str
+    packable: bool  # its layers call transformers' AttentionInterface with the varlen keywords (padding-free)
+
+    @property
+    def config_class(self) -> type:
+        return COMPOSED_CONFIGS[self.model_type]
+
+    @property
+    def model_class(self) -> type:
+        return COMPOSED_MODELS[self.model_type]
+
+
+BACKBONES: dict[str, Backbone] = {
+    "bert": Backbone("bert", "bert", "bert", packable=True),
+    "roberta": Backbone("roberta", "roberta", "roberta", packable=True),
+    "albert": Backbone("albert", "albert", "albert", packable=True),
+    "electra": Backbone("electra", "electra", "electra", packable=True),
+    "deberta": Backbone("deberta", "deberta-v2", "deberta-v3", packable=False),  # DeBERTa-v2 classes, v3 settings
+    "modernbert": Backbone("modernbert", "modernbert", "modernbert", packable=False),
+}
+BACKBONE_ALIASES = {"deberta-v2": "deberta", "deberta-v3": "deberta"}
+SIZE_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
+# Set by the tokenizer (adapt_to_tokenizer) or by transformers, never taken from another preset.
+IDENTITY_FIELDS = {"vocab_size", "pad_token_id", "bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id"}
+IDENTITY_FIELDS |= {"architectures", "model_type", "transformers_version", "auto_map", "dtype", "id2label", "label2id"}
+# Objective fields that do not carry over: ELECTRA's two-stage switch needs its own model; the composed generator's
+# depth is `generator_layers_fraction`.
+NATIVE_ONLY_FIELDS = ("two_stage_generator_steps", "generator_num_hidden_layers")
+PART_FIELDS = ("sentence_task", "span_boundary_objective")
+SENTENCE_FORMATS = {"nsp": "nsp_pairs", "sop": "sop_pairs"}
+
+
+def backbone_of_model_class(class_name: str) -> str | None:
+    """The backbone whose composed model class is named `class_name` (a checkpoint's `auto_map`), or None."""
+    return next((b.name for b in BACKBONES.values() if b.model_class.__name__ == class_name), None)

@@ -1,0 +1,76 @@
+"""DeBERTa-v3 (He et al. 2021): the variant row, its presets and their sources."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..collators import DataCollatorForMaskedLM
+from ..models.deberta_v3 import BertologyDebertaV3Config, BertologyDebertaV3ForPreTraining
+from .base import SIZES, SMALL_DATA, Variant, make_preset
+
+# DeBERTa-v3: microsoft/DeBERTa experiments/language_model (rtd.sh, rtd_*.json, DeBERTa/optims/args.py): Adam
+# β (0.9, 0.999), ε 1e-6, wd 0.01, clip 1.0, linear warmup (10k steps) then linear decay (`warmup_linear`), 1M steps
+# at length 512; lr 1e-4 at batch 256 (base, large; small has no from-scratch entry and takes base's), 3e-4 at batch
+# 64 (xsmall). Loss MLM + 50 RTD (paper). Sizes: heads of 64, FFN 4H; generator = half the depth, same width.
+DEBERTA_V3_TRAINING = {
+    "adam_beta1": 0.9,
+    "adam_beta2": 0.999,
+    "adam_epsilon": 1e-6,
+    "weight_decay": 0.01,
+    "warmup_steps": 10_000,
+    "max_steps": 1_000_000,
+    "lr_scheduler_type": "linear",
+    "max_grad_norm": 1.0,
+}
+DEBERTA_V3_SIZES = {
+    "xsmall": {"num_hidden_layers": 12, "hidden_size": 384, "num_attention_heads": 6, "intermediate_size": 1536},
+    "small": {"num_hidden_layers": 6, "hidden_size": 768, "num_attention_heads": 12, "intermediate_size": 3072},
+}
+# The official SentencePiece ids: [PAD] 0, [CLS] 1, [SEP] 2, [UNK] 3 ([MASK] is 4 here; officially 128000, the end).
+DEBERTA_V3_TOKENIZER = {"vocab": [(token, 0.0) for token in ("[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]")]}
+
+
+def deberta_max_predictions(mask_prob: float, max_seq_length: int) -> int:
+    """`ceil(max_seq_len * mask_lm_prob / 10) * 10` (NGramMaskGenerator): 80 @512, 20 @128, 10 @64."""
+    return math.ceil(max_seq_length * mask_prob / 10) * 10
+
+
+# Plain transformers loads the discriminator (DebertaV2Model, ...ForSequenceClassification); `bertology export
+# --deberta_v3_part generator` writes the generator as a DebertaV2ForMaskedLM.
+VARIANT = Variant(
+    "deberta-v3",
+    BertologyDebertaV3Config,
+    BertologyDebertaV3ForPreTraining,
+    DataCollatorForMaskedLM,
+    "unigram",
+    tokenizer_class="DebertaV2Tokenizer",
+    plain_auto_class="AutoModel",
+    prediction_cap=("max_predictions_per_seq", lambda c, n: deberta_max_predictions(c.mlm_probability, n)),
+    padding_free=False,  # disentangled attention is DeBERTa's own code, not an AttentionInterface call
+    backbone="deberta",
+    # the generator at half the depth, same width (official rtd_*.json); + embedding_sharing
+    parts={"replaced_token_detection": True, "generator_layers_fraction": 0.5},
+)
+
+
+def _deberta_v3_preset(size: str, lr: float | None = None, batch: int | None = None) -> dict:
+    """A DeBERTa-v3 preset: the official sizes (xsmall, small) or the shared ones (base, large, mini, tiny)."""
+    base_size = size if size in SIZES else "base"
+    seq_len = SMALL_DATA[size]["max_seq_length"] if size in SMALL_DATA else 512
+    config = {**DEBERTA_V3_SIZES.get(size, {}), "max_predictions_per_seq": deberta_max_predictions(0.15, seq_len)}
+    training = {**DEBERTA_V3_TRAINING, "learning_rate": lr, "per_device_train_batch_size": batch}
+    data = {} if size in SMALL_DATA else {"vocab_size": 128100, "max_seq_length": 512}
+    preset = make_preset("deberta-v3", base_size, None, {k: v for k, v in training.items() if v is not None}, **data)
+    preset["config"] = {**preset["config"], **config}
+    return {**preset, "tokenizer": DEBERTA_V3_TOKENIZER}
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "deberta-v3-xsmall": _deberta_v3_preset("xsmall", lr=3e-4, batch=64),
+    "deberta-v3-small": _deberta_v3_preset("small", lr=1e-4, batch=256),
+    "deberta-v3-base": _deberta_v3_preset("base", lr=1e-4, batch=256),
+    "deberta-v3-large": _deberta_v3_preset("large", lr=1e-4, batch=256),
+    "deberta-v3-mini": _deberta_v3_preset("mini"),
+    "deberta-v3-tiny": _deberta_v3_preset("tiny"),
+}

@@ -1,0 +1,105 @@
+"""The output folder of a run: resume its newest complete checkpoint, refuse an old run under a new one, stop a run
+that is already finished."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from transformers import TrainingArguments
+
+from ..recipes import SIZE_FIELDS, Recipe
+from ..utils import BertologyError, logger
+from .arguments import DataArguments
+from .checkpoints import check_checkpoint, finished_step, list_checkpoints, newest_complete
+from .run_recipe import check_family
+
+RESUME_LAST = ("true", "last", "latest", "yes")
+
+
+def resolve_resume(value: str | None, output_dir: str, world_size: int | None = None) -> str | None:
+    """`--resume_from_checkpoint`: a checkpoint folder, or `true`/`last` for the newest *complete* checkpoint in
+    output_dir (none yet: start from scratch, so one command line both starts and resumes a preemptible job).
+    Completeness, damage and the process count are `checkpoints`' to judge; the folders `last` skips are named."""
+    if value is None or str(value).lower() in ("", "false", "none", "no"):
+        return None
+    if str(value).lower() in RESUME_LAST:
+        checkpoint, skipped = newest_complete(output_dir)
+        if skipped:
+            logger.warning("skipped %s", "; ".join(f"{path.name}: {reason}" for path, reason in skipped))
+        if checkpoint is None:
+            logger.warning("no complete checkpoint in %s yet: training from scratch", output_dir)
+            return None
+        check_checkpoint(checkpoint, world_size)
+        logger.info("resuming from %s", checkpoint)
+        return str(checkpoint)
+    if not Path(value).is_dir():
+        raise BertologyError(f"--resume_from_checkpoint {value}: no such checkpoint folder")
+    if not (Path(value) / "trainer_state.json").exists() and (
+        (Path(value) / "all_results.json").exists() or list_checkpoints(value)
+    ):
+        raise BertologyError(
+            f"--resume_from_checkpoint {value}: a run's output folder, not a checkpoint; pass one of its "
+            f"checkpoint-N folders, `last` with --output_dir {value}, or --model_name_or_path {value} to start a "
+            "new run from its weights"
+        )
+    check_checkpoint(value, world_size)
+    return value
+
+
+def already_finished(resume_from: str | None, training_args: TrainingArguments) -> dict | None:
+    """A finished run asked to resume with the same (or a smaller) `--max_steps`: nothing to train. Says so, and
+    returns the run's metrics (its `all_results.json`, if written); None when there is training to do."""
+    step = finished_step(resume_from, training_args.max_steps) if resume_from else None
+    if step is None:
+        return None
+    results = Path(training_args.output_dir) / "all_results.json"
+    logger.warning(
+        "%s is at step %d and --max_steps is %d: nothing to train (raise --max_steps to continue)%s",
+        resume_from,
+        step,
+        training_args.max_steps,
+        "" if results.is_file() else f"; its final folder was not written: the weights are in {resume_from}",
+    )
+    try:
+        return json.loads(results.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def check_resume(checkpoint: str, recipe: Recipe) -> None:
+    """The checkpoint to resume holds this recipe's model: another family, objective or size would fail deep in
+    `load_state_dict` or the optimizer's state (`parameter group that doesn't match`)."""
+    check_family(checkpoint, recipe)
+    saved = json.loads((Path(checkpoint) / "config.json").read_text())
+    for key in SIZE_FIELDS:
+        if key in saved and saved[key] != getattr(recipe.config, key, None):
+            raise BertologyError(
+                f"{checkpoint} holds another model ({key}={saved[key]}, --recipe {recipe.name} has "
+                f"{getattr(recipe.config, key, None)}): resume it with the recipe and --config_overrides it was "
+                "started with"
+            )
+
+
+def check_output_dir(data_args: DataArguments, training_args: TrainingArguments, resume_from: str | None) -> None:
+    """A new run (not resuming) in a folder that holds a run is refused, as run_mlm.py does: its checkpoints would
+    sit beside the new ones, and `--resume_from_checkpoint last` could later pick the old run's. With
+    `--overwrite_output_dir` the old checkpoints are removed (the final files are written over)."""
+    output_dir = Path(training_args.output_dir)
+    old = [p.name for p in list_checkpoints(output_dir)]
+    old += [name for name in ("model.safetensors", "all_results.json") if (output_dir / name).exists()]
+    # `--resume_from_checkpoint last` with no complete checkpoint starts over by design (one command line starts and
+    # restarts a job); the checkpoints it could mix with are incomplete ones, which `last` never picks
+    if resume_from is not None or str(training_args.resume_from_checkpoint).lower() in RESUME_LAST or not old:
+        return
+    if not data_args.overwrite_output_dir:
+        raise BertologyError(
+            f"{output_dir} already holds a run ({', '.join(old[:3])}): resume it with --resume_from_checkpoint last, "
+            "or pass --overwrite_output_dir to start over"
+        )
+    with training_args.main_process_first(desc="clearing the old run"):
+        if training_args.process_index == 0:
+            for checkpoint in list_checkpoints(output_dir):
+                shutil.rmtree(checkpoint)
+            logger.warning("--overwrite_output_dir: removed the old run's checkpoints in %s", output_dir)

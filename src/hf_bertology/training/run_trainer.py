@@ -1,0 +1,105 @@
+"""The Trainer of a run: the variant's class with its callbacks (`build_trainer`), then training and evaluation
+(`train_and_evaluate`)."""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import math
+import os
+
+from transformers import TrainingArguments
+
+from ..recipes import Recipe
+from ..utils import logger
+from .callbacks import SaveOnInterrupt, callbacks_for
+
+
+def trainer_class(name: str) -> type:
+    """The Trainer class a variant names (`module.Class` under `hf_bertology.training`)."""
+    module, _, attribute = name.rpartition(".")
+    return getattr(importlib.import_module(f"{__package__}.{module}"), attribute)
+
+
+def warn_if_fsdp_ignored(trainer) -> None:
+    """FSDP asked for (`--fsdp`, or accelerate's FSDP config) but not in use: say so instead of running DDP silently.
+
+    torch's FSDP2 runs on CPUs over gloo (tests/test_multiprocess.py), but accelerate switches to FSDP only on
+    GPU-type process groups (CUDA, XPU, NPU, ...), never on a CPU one, so there the Trainer wraps the model in DDP.
+    """
+    asked = bool(trainer.args.fsdp) or os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
+    if asked and not trainer.is_fsdp_enabled:
+        logger.warning(
+            "FSDP was asked for, but accelerate shards models only on GPUs: training with DDP (every process holds "
+            "the whole model)"
+        )
+
+
+def build_trainer(
+    recipe: Recipe, model, tokenizer, collator, train_dataset, eval_dataset, training_args: TrainingArguments,
+    callbacks: list | None = None,
+) -> tuple:  # fmt: skip
+    """The variant's Trainer with its callbacks (component losses, ...) and `callbacks`; returns it with the
+    TrainingArguments for the final push: `--push_to_hub` pushes the finished Hub-format folder once
+    (`write_outputs`), so the Trainer's own pushes (every checkpoint, its generic model card) are turned off."""
+    push_args, training_args.push_to_hub = copy.copy(training_args), False
+    trainer = trainer_class(recipe.spec.trainer_class)(
+        model=model,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        data_collator=collator,
+        processing_class=tokenizer,
+        callbacks=[*callbacks_for(model), SaveOnInterrupt(), *(callbacks or [])],
+    )
+    warn_if_fsdp_ignored(trainer)
+    return trainer, push_args
+
+
+def train_and_evaluate(trainer, resume_from: str | None = None) -> dict:
+    """Train (unless `--do_train false`), then evaluate with `--do_eval` (perplexity from the MLM loss); the metrics.
+
+    Training stopped by Ctrl-C or SIGTERM (`SaveOnInterrupt`) has saved a checkpoint; it raises KeyboardInterrupt
+    then, before any evaluation or output folder, so that a stopped run is never taken for a finished one."""
+    args = trainer.args
+    metrics: dict = {}
+    if args.do_train or not args.do_eval:
+        stop = next((c for c in trainer.callback_handler.callbacks if isinstance(c, SaveOnInterrupt)), None)
+        try:
+            result = trainer.train(resume_from_checkpoint=resume_from)
+        finally:
+            if stop is not None:  # a training that raised never reached on_train_end
+                stop.restore()
+        if stop is not None and stop.interrupted is not None:
+            logger.warning(
+                "%s: stopped after step %d with a checkpoint in %s; go on with --resume_from_checkpoint last",
+                stop.signal_name,
+                stop.interrupted,
+                args.output_dir,
+            )
+            raise KeyboardInterrupt
+        metrics.update(result.metrics)
+    if args.do_eval and trainer.eval_dataset is not None:
+        eval_metrics = trainer.evaluate()
+        loss = eval_metrics.get("eval_mlm_loss", eval_metrics.get("eval_loss"))
+        if loss is not None:
+            eval_metrics["perplexity"] = math.exp(min(loss, 50))
+        metrics.update(eval_metrics)
+        before = evaluation_at_start(trainer.state.log_history)
+        if before:
+            metrics["eval_at_start"] = before
+            log_learning(before, eval_metrics)
+    metrics["tokens_seen"] = int(trainer.state.num_input_tokens_seen or 0)
+    return metrics
+
+
+def evaluation_at_start(log_history: list[dict]) -> dict:
+    """The metrics of the evaluation before the first step (`--eval_on_start`), else {}."""
+    return next((log for log in log_history if log.get("step") == 0 and "eval_loss" in log), {})
+
+
+def log_learning(before: dict, after: dict) -> None:
+    """One line per held-out accuracy and loss, untrained against trained: whether the run learned, at a glance."""
+    keys = [k for k in after if k.startswith("eval_") and k.endswith(("accuracy", "_loss")) and k in before]
+    for key in sorted(keys, key=lambda k: (not k.endswith("accuracy"), k)):
+        logger.info("held-out %-24s untrained %8.4f -> trained %8.4f", key[len("eval_") :], before[key], after[key])
