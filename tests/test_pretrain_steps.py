@@ -4,6 +4,7 @@ command line runs through the same steps."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import torch
@@ -19,11 +20,11 @@ def test_steps_from_python_equal_the_command_line(tmp_path, corpus_file, bert_to
              "--report_to", "none", "--use_cpu", "true", "--dataloader_num_workers", "0"]  # fmt: skip
 
     called = []
-    for step in ("build_recipe", "set_lengths", "build_datasets", "build_trainer", "write_outputs"):
+    for step in ("build_recipe", "settle_recipe", "build_datasets", "build_trainer", "write_outputs"):
         original = getattr(pretrain, step)
         monkeypatch.setattr(pretrain, step, lambda *a, _f=original, _n=step, **k: called.append(_n) or _f(*a, **k))
     cli_metrics = pretrain.main([*flags, "--output_dir", str(tmp_path / "cli")])
-    assert called == ["build_recipe", "set_lengths", "build_datasets", "build_trainer", "write_outputs"]
+    assert called == ["build_recipe", "settle_recipe", "build_datasets", "build_trainer", "write_outputs"]
     monkeypatch.undo()
 
     # The README's "step by step" block.
@@ -35,13 +36,12 @@ def test_steps_from_python_equal_the_command_line(tmp_path, corpus_file, bert_to
     pretrain.set_seed(training_args.seed)
     corpus, eval_corpus = pretrain.load_corpora(data_args, training_args)
     tokenizer = pretrain.build_tokenizer(model_args, recipe, corpus, training_args, resume_from=None)
-    pretrain.fit_to_tokenizer(recipe, tokenizer, model_args)
-    max_seq_length = pretrain.set_lengths(recipe, tokenizer, data_args, model_args)
+    recipe = pretrain.settle_recipe(recipe, tokenizer, data_args, model_args)
     collator = recipe.build_collator(tokenizer)
     model = pretrain.build_model(recipe, model_args)
     model, collator = pretrain.configure_batches(recipe, model, collator, model_args, data_args)  # padding-free
     train_dataset, eval_dataset = pretrain.build_datasets(
-        corpus, eval_corpus, tokenizer, recipe, max_seq_length, data_args, training_args
+        corpus, eval_corpus, tokenizer, recipe, data_args, training_args
     )
     trainer, push_args = pretrain.build_trainer(
         recipe, model, tokenizer, collator, train_dataset, eval_dataset, training_args
@@ -58,3 +58,26 @@ def test_steps_from_python_equal_the_command_line(tmp_path, corpus_file, bert_to
     assert cli_weights.keys() == py_weights.keys()
     assert all(torch.equal(cli_weights[key], py_weights[key]) for key in cli_weights)
     assert (tmp_path / "py" / "README.md").is_file()
+
+
+def test_the_run_values_are_settled_once(tmp_path, corpus_file, bert_tokenizer):
+    """`settle_recipe` returns a new recipe holding the run's vocabulary and length (in the recipe and its config, the
+    prediction cap sized by it) and leaves the recipe it was given as it was; `build_datasets` reads that length."""
+    tokenizer = copy.deepcopy(bert_tokenizer)  # the session's fixture keeps its own model_max_length
+    model_args, data_args, training_args, _ = pretrain.parse_args(
+        ["--recipe", "bert-tiny", "--train_file", str(corpus_file), "--max_seq_length", "40", "--output_dir",
+         str(tmp_path), "--use_cpu", "true"]
+    )  # fmt: skip
+    recipe = pretrain.build_recipe(model_args)
+    before = recipe.config.to_dict()
+    settled = pretrain.settle_recipe(recipe, tokenizer, data_args, model_args)
+
+    assert recipe.config.to_dict() == before and recipe.max_seq_length == 64  # bert-tiny's own length, untouched
+    assert settled.config is not recipe.config
+    assert settled.max_seq_length == settled.config.max_seq_length == 40
+    assert settled.config.max_predictions_per_seq == 10  # BERT's README rule: 0.15 * 40 = 6, up to a multiple of 5
+    assert settled.config.vocab_size == len(tokenizer) == 300
+    assert tokenizer.model_max_length == 512  # bert-tiny's position table
+    corpus, eval_corpus = pretrain.load_corpora(data_args, training_args)
+    train_dataset, _ = pretrain.build_datasets(corpus, eval_corpus, tokenizer, settled, data_args, training_args)
+    assert max(len(ids) for ids in train_dataset["input_ids"]) == 40

@@ -40,12 +40,13 @@ def load_corpora(data_args: DataArguments, training_args: TrainingArguments) -> 
 
 
 def build_datasets(
-    corpus, eval_corpus, tokenizer, recipe: Recipe, max_seq_length: int, data_args: DataArguments,
-    training_args: TrainingArguments,
-) -> tuple:  # fmt: skip
-    """Training and evaluation examples in the recipe's input format (NSP/SOP pairs, packed blocks, ...); with
-    `--do_eval` and no validation file, `--validation_split_percentage` of the examples are held out."""
+    corpus, eval_corpus, tokenizer, recipe: Recipe, data_args: DataArguments, training_args: TrainingArguments
+) -> tuple:
+    """Training and evaluation examples in the recipe's input format (NSP/SOP pairs, packed blocks, ...) at its
+    length (`recipe`: the settled one, `settle_recipe`); with `--do_eval` and no validation file,
+    `--validation_split_percentage` of the examples are held out."""
     num_proc = data_args.preprocessing_num_workers
+    max_seq_length = recipe.max_seq_length
 
     def examples(source):
         tokenized = tokenize_corpus(

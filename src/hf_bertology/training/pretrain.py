@@ -8,16 +8,34 @@ YAML file holding the same keys works too. The recipe's training settings (lr, b
 flag does not set them. The output folder is Hub format (see `hf_bertology.hub`).
 
 Steps, in order, each a function that `run_pretraining` (and so `main`, the command line and `bertology compare`)
-calls, all importable from this module: `parse_args` -> `build_recipe` -> `training_arguments` -> `load_corpora` ->
-`build_tokenizer` (loaded, or trained on the corpus) -> `fit_to_tokenizer` -> `set_lengths` -> collator ->
-`build_model` -> `configure_batches` (padding-free or padded, the attention kernel) -> `build_datasets` (the
-recipe's input format) -> `build_trainer` -> `train_and_evaluate` -> `write_outputs` (Hub-format folder, model
-card, `all_results.json`, push).
+calls, all importable from this module; each takes what the steps before it returned:
+
+    model_args, data_args, training_args, explicit = parse_args(argv)
+    recipe = build_recipe(model_args)                                   # the preset, or the checkpoint's own
+    training_args = training_arguments(training_args, recipe, explicit)  # the user's, then the recipe's defaults
+    set_seed(training_args.seed)
+    corpus, eval_corpus = load_corpora(data_args, training_args)
+    tokenizer = build_tokenizer(model_args, recipe, corpus, training_args, resume_from=None)
+    recipe = settle_recipe(recipe, tokenizer, data_args, model_args)     # the run's values, settled once
+    collator = recipe.build_collator(tokenizer)
+    model = build_model(recipe, model_args)
+    model, collator = configure_batches(recipe, model, collator, model_args, data_args)
+    train_dataset, eval_dataset = build_datasets(corpus, eval_corpus, tokenizer, recipe, data_args, training_args)
+    trainer, push_args = build_trainer(recipe, model, tokenizer, collator, train_dataset, eval_dataset, training_args)
+    metrics = train_and_evaluate(trainer)
+    write_outputs(trainer, recipe, data_args, metrics, push_args)  # Hub-format folder, card, all_results.json, push
+
+Run values are settled once: `settle_recipe` returns a new `Recipe` (the one given is not changed) whose vocabulary
+and special ids are the tokenizer's and whose `max_seq_length` (`--max_seq_length`, else the recipe's) is also in its
+config, with the prediction caps and XLNet's memory sized by it; the steps after it read the length from that
+recipe (`recipe.max_seq_length`) and write none of these values again (the model built from it shares its config,
+on which `configure_batches` sets only the attention kernel). No other step changes a recipe: `build_recipe` makes
+one, and `training_arguments` returns new TrainingArguments.
 
 The steps live by concern: `arguments` (dataclasses, command line, defaults, size checks), `run_recipe` (recipe,
-tokenizer, lengths, model), `corpora` (corpus -> examples), `batches` (padding-free or padded, attention kernel),
-`run_trainer` (the Trainer, training, evaluation), `resume` (the output folder: resume, refuse, finished) and
-`outputs` (the Hub-format folder); this module runs them in order.
+tokenizer, settled values, model), `corpora` (corpus -> examples), `batches` (padding-free or padded, attention
+kernel), `run_trainer` (the Trainer, training, evaluation), `resume` (the output folder: resume, refuse, finished)
+and `outputs` (the Hub-format folder); this module runs them in order.
 """
 
 from __future__ import annotations
@@ -61,10 +79,9 @@ from .run_recipe import (
     check_lengths,
     checkpoint_backbone,
     checkpoint_variant,
-    fit_to_tokenizer,
     load_tokenizer,
     max_positions,
-    set_lengths,
+    settle_recipe,
 )
 from .run_trainer import (
     build_trainer,
@@ -103,7 +120,6 @@ __all__ = [
     "device_defaults",
     "evaluation_at_start",
     "explicit_keys",
-    "fit_to_tokenizer",
     "fit_warmup",
     "has_accelerator",
     "launched_world_size",
@@ -117,8 +133,8 @@ __all__ = [
     "parse_overrides",
     "resolve_resume",
     "run_pretraining",
-    "set_lengths",
     "set_seed",
+    "settle_recipe",
     "train_and_evaluate",
     "train_in_folder",
     "trainer_class",
@@ -165,14 +181,11 @@ def train_in_folder(model_args, data_args, training_args, recipe: Recipe, callba
     set_seed(training_args.seed)
     corpus, eval_corpus = load_corpora(data_args, training_args)
     tokenizer = build_tokenizer(model_args, recipe, corpus, training_args, resume_from)
-    fit_to_tokenizer(recipe, tokenizer, model_args)
-    max_seq_length = set_lengths(recipe, tokenizer, data_args, model_args)
+    recipe = settle_recipe(recipe, tokenizer, data_args, model_args)  # the run's values: later steps read them
     collator = recipe.build_collator(tokenizer)  # fails early on a tokenizer without a mask token
     model = build_model(recipe, model_args)
     model, collator = configure_batches(recipe, model, collator, model_args, data_args)
-    train_dataset, eval_dataset = build_datasets(
-        corpus, eval_corpus, tokenizer, recipe, max_seq_length, data_args, training_args
-    )
+    train_dataset, eval_dataset = build_datasets(corpus, eval_corpus, tokenizer, recipe, data_args, training_args)
     trainer, push_args = build_trainer(
         recipe, model, tokenizer, collator, train_dataset, eval_dataset, training_args, callbacks
     )

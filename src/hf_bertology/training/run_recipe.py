@@ -3,6 +3,8 @@ run's settled values (`settle_recipe`) and its model (`build_model`)."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 from pathlib import Path
 
@@ -95,10 +97,9 @@ def build_recipe(model_args: ModelArguments) -> Recipe:
         config_class = BACKBONES[backbone].config_class if backbone else variant.config_class
         config, unused = config_class.from_pretrained(source, return_unused_kwargs=True, **overrides)
         check_override_keys(source, unused, set(config.to_dict()))  # transformers sets only the keys it knows
-        # the length it was pretrained at (saved by `set_lengths`; a checkpoint from before that: the positions')
+        # the length it was pretrained at (saved by `settle_recipe`; a checkpoint from before that: the positions')
         length = getattr(config, "max_seq_length", None) or min(512, max_positions(config))
-        recipe = Recipe(source, variant.name, config, {}, config.vocab_size, length)
-        recipe.backbone = backbone
+        recipe = Recipe(source, variant.name, config, {}, config.vocab_size, length, backbone=backbone)
         check_config(recipe.config, source)
         return recipe
     elif source and not Path(source).exists():
@@ -175,40 +176,43 @@ def build_tokenizer(
     return tokenizer
 
 
-def fit_to_tokenizer(recipe: Recipe, tokenizer, model_args: ModelArguments) -> None:
-    """A new model takes the tokenizer's vocabulary and special-token ids; a checkpoint must hold all its tokens.
-    A `vocab_size` in `--config_overrides` is kept when it holds the tokenizer's tokens (a table padded to a round
-    size), refused when it does not (it used to be replaced by the tokenizer's silently)."""
-    asked = parse_overrides(model_args.config_overrides).get("vocab_size")
+def settle_recipe(recipe: Recipe, tokenizer, data_args: DataArguments, model_args: ModelArguments) -> Recipe:
+    """The run's values, settled once: a new `Recipe` that every later step reads (`recipe` itself is not changed).
+
+    - Vocabulary: a new model takes the tokenizer's size and special-token ids; a checkpoint must hold all its tokens.
+      A `vocab_size` in `--config_overrides` is kept when it holds the tokenizer's tokens (a table padded to a round
+      size), refused when it does not (it used to be replaced by the tokenizer's silently).
+    - Sequence length: `--max_seq_length`, else the recipe's, checked against the position table. It is the settled
+      recipe's `max_seq_length` and its config's (saved with the checkpoint: continuing from it without `--recipe`
+      trains at the same length), and everything in the config that follows it is set from it: the prediction caps
+      and XLNet's memory (`Recipe.fit_to_length`), unless `--config_overrides` set them.
+    - The tokenizer keeps the model's length (`model_max_length` capped at the position table, saved with it:
+      `truncation=True` downstream, GLUE or pipelines, then fits the table); the one value written outside the recipe.
+    """
+    overrides = parse_overrides(model_args.config_overrides)
+    asked = overrides.get("vocab_size")
     if asked is not None and asked < len(tokenizer):
         raise BertologyError(
             f"--config_overrides vocab_size={asked} is smaller than the tokenizer's {len(tokenizer)} tokens: raise it, "
             "or leave it out to take the tokenizer's"
         )
+    settled = dataclasses.replace(recipe, config=copy.deepcopy(recipe.config))
     if model_args.model_name_or_path is None:
-        recipe.adapt_to_tokenizer(tokenizer)
+        settled.adapt_to_tokenizer(tokenizer)
         if asked is not None:
-            recipe.config.vocab_size = asked
-    elif len(tokenizer) > recipe.config.vocab_size:
+            settled.config.vocab_size = asked
+    elif len(tokenizer) > settled.config.vocab_size:
         raise BertologyError(
-            f"the tokenizer has {len(tokenizer)} tokens but the checkpoint's vocabulary only {recipe.config.vocab_size}"
+            f"the tokenizer has {len(tokenizer)} tokens but the checkpoint's vocabulary only "
+            f"{settled.config.vocab_size}"
         )
-
-
-def set_lengths(recipe: Recipe, tokenizer, data_args: DataArguments, model_args: ModelArguments | None = None) -> int:
-    """The run's sequence length (`--max_seq_length`, else the recipe's), checked against the position table; the
-    tokenizer keeps the model's length. Everything in the config that follows the length is set here: the
-    prediction caps (`Recipe.fit_to_length`), unless `--config_overrides` set them. The length is saved in the
-    config (`max_seq_length`): continuing from the checkpoint without `--recipe` trains at the same length."""
     max_seq_length = data_args.max_seq_length or recipe.max_seq_length
-    overrides = parse_overrides(model_args.config_overrides) if model_args is not None else {}
-    recipe.fit_to_length(max_seq_length, explicit=overrides)
-    recipe.config.max_seq_length = max_seq_length
-    if max_positions(recipe.config) < min(tokenizer.model_max_length, NO_POSITION_TABLE):
-        # saved with the checkpoint: `truncation=True` downstream (GLUE, pipelines) then fits the position table
-        tokenizer.model_max_length = max_positions(recipe.config)
-    check_lengths(recipe.config, max_seq_length)
-    return max_seq_length
+    settled.fit_to_length(max_seq_length, explicit=overrides)
+    settled.config.max_seq_length = max_seq_length
+    check_lengths(settled.config, max_seq_length)
+    if max_positions(settled.config) < min(tokenizer.model_max_length, NO_POSITION_TABLE):
+        tokenizer.model_max_length = max_positions(settled.config)
+    return settled
 
 
 def build_model(recipe: Recipe, model_args: ModelArguments):

@@ -27,10 +27,9 @@ from .pretrain import (
     build_datasets,
     build_recipe,
     check_sizes,
-    fit_to_tokenizer,
     load_corpora,
     load_tokenizer,
-    set_lengths,
+    settle_recipe,
 )
 from .trainer import ExampleIds
 
@@ -98,11 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     if source is None:
         raise BertologyError("pass the run's tokenizer (--tokenizer_name OUTPUT_DIR): one trained anew may differ")
     tokenizer = load_tokenizer(source)
-    fit_to_tokenizer(recipe, tokenizer, model_args)
-    max_seq_length = set_lengths(recipe, tokenizer, data_args, model_args)  # the run's caps too
+    recipe = settle_recipe(recipe, tokenizer, data_args, model_args)  # the run's length and caps too
     collator = recipe.build_collator(tokenizer)
     corpus, eval_corpus = load_corpora(data_args, training_args)
-    train_dataset, _ = build_datasets(corpus, eval_corpus, tokenizer, recipe, max_seq_length, data_args, training_args)
+    train_dataset, _ = build_datasets(corpus, eval_corpus, tokenizer, recipe, data_args, training_args)
     seed = training_args.data_seed if training_args.data_seed is not None else training_args.seed
     batch = masked_example(collator, train_dataset, show.example, show.epoch, seed)
     print(f"example {show.example}, epoch {show.epoch}, seed {seed} ({recipe.name}):")
