@@ -35,11 +35,11 @@ from ..recipes import get_recipe
 from ..training.input_checks import MIN_SEQ_LENGTH, SEED_LIMIT, check_counts, check_range
 from ..utils import BertologyError, argument_parser, logger, parse_arguments, run_command, set_verbosity
 from . import glue
+from .compare_report import BASELINE, make_plots, report_markdown
 
 PRETRAIN_RESULTS = "compare_pretrain.json"
 PRETRAIN_STARTED = "compare_started.json"  # settings of a pretraining run that has not finished yet
 FINETUNE_SETTINGS = "compare_finetune.json"
-BASELINE = "random-init"
 
 
 @dataclass
@@ -358,152 +358,6 @@ def summarise_glue(results: dict[str, dict[str, float]]) -> tuple[dict[str, floa
     scores = {task: glue.task_score(task, res) for task, res in results.items()}
     counted = [s for t, s in scores.items() if s is not None and t != "wnli"]
     return scores, (float(np.mean(counted)) if counted else None)
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Report
-# --------------------------------------------------------------------------------------------------------------------
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.2f}"
-
-
-def _flops(value: float | None) -> str:
-    return "—" if not value else f"{value:.3g}"
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
-
-
-def report_markdown(results: dict[str, Any]) -> str:
-    settings, models, tasks = results["settings"], results["models"], results["settings"]["glue_tasks"]
-    budget = (
-        f"{settings['budget_flops']:.3g} training FLOPs"
-        if settings["budget_flops"]
-        else f"{settings['budget_minutes']:g} wall minutes of training"
-    )
-    lines = [
-        "# Recipe comparison at equal compute",
-        "",
-        f"Corpus: {settings['corpus']}. Budget per recipe: **{budget}**. Tokenizer: each family's own, vocabulary "
-        f"{settings['vocab_size']}, sequence length {settings['max_seq_length']}, seed {settings['seed']}. "
-        + (
-            f"Learning rate: warmup over the first {100 * settings['warmup_fraction']:g}% of the budget, then linear "
-            "decay to 0 at the budget."
-            if settings["budget_schedule"]
-            else "Learning rate: each recipe's own step schedule (stopped at the budget)."
-        ),
-        "",
-        f"Fine-tuning: {settings['glue_epochs']:g} epochs, lr {settings['glue_learning_rate']:g}, batch "
-        f"{settings['glue_batch_size']}, max length {settings['glue_max_seq_length']}, seed {settings['seed']}"
-        + (
-            f", first {settings['glue_max_train_samples']} training examples"
-            if settings["glue_max_train_samples"]
-            else ""
-        )
-        + (f", first {settings['glue_max_eval_samples']} dev examples" if settings["glue_max_eval_samples"] else "")
-        + ". Scores are dev-set metrics × 100 (a task's score is the mean of its GLUE metrics: MCC for CoLA, "
-        "Pearson/Spearman for STS-B, accuracy for SST-2).",
-        "",
-    ]
-    header = [
-        "model",
-        *tasks,
-        "GLUE avg",
-        "train FLOPs",
-        "FLOPs/token",
-        "tokens",
-        "steps",
-        "train time",
-        "final losses",
-    ]
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" + "---:|" * (len(header) - 2) + "---|"]
-    for name, entry in models.items():
-        pre = entry.get("pretrain") or {}
-        losses = ", ".join(f"{k} {v:.3f}" for k, v in (pre.get("final_losses") or {}).items())
-        row = [
-            f"**{name}**" if name != BASELINE else f"{name} ({settings['baseline']} arch)",
-            *(_pct(entry["glue_scores"].get(t)) for t in tasks),
-            f"**{_pct(entry['glue_average'])}**",
-            _flops(pre.get("flops")),
-            _flops(pre.get("flops_per_token")),
-            f"{pre['tokens']:,}" if pre else "0",
-            str(pre.get("steps", 0)),
-            _duration(pre["seconds"]) if pre else "—",
-            losses or "—",
-        ]
-        lines.append("| " + " | ".join(row) + " |")
-    ranked = sorted(
-        ((n, e["glue_average"]) for n, e in models.items() if e["glue_average"] is not None), key=lambda x: -x[1]
-    )
-    if ranked:
-        lines += ["", "Ranking by GLUE average: " + " > ".join(f"{n} ({100 * s:.2f})" for n, s in ranked) + "."]
-    lines += [
-        "",
-        "Training FLOPs = 3 × forward FLOPs of every matmul the model runs, counted on real (non-pad) tokens only: "
-        "encoder stacks (ELECTRA: generator and discriminator) per real token, sparse prediction heads per predicted "
-        "position, poolers per sequence, plus attention 4·d_attn·Σ n_i² per layer forward (QKᵀ and A·V over the "
-        "n_i real tokens of each sequence); see `hf_bertology/training/budget.py`. Wall time is the training loop "
-        "only (tokenization excluded). The final losses are each objective's own (e.g. ELECTRA's is MLM + 50·RTD) "
-        "and are not comparable across recipes; compare the GLUE columns.",
-        "",
-        "![pretraining loss vs FLOPs](loss_vs_flops.png)",
-        "",
-        "![GLUE average vs pretraining FLOPs](glue_vs_flops.png)",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-def make_plots(results: dict[str, Any], output_dir: Path) -> list[Path]:
-    """loss_vs_flops.png and glue_vs_flops.png (matplotlib, Agg backend)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    models = results["models"]
-    paths = []
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name, entry in models.items():
-        curve = (entry.get("pretrain") or {}).get("curve") or []
-        if curve:
-            ax.plot([p["flops"] for p in curve], [p["loss"] for p in curve], marker=".", label=name)
-    ax.set_xlabel("training FLOPs (real tokens)")
-    ax.set_ylabel("pretraining loss (each objective's own)")
-    ax.set_title("Pretraining loss vs compute")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    paths.append(output_dir / "loss_vs_flops.png")
-    fig.savefig(paths[-1], dpi=120)
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name, entry in models.items():
-        average = entry["glue_average"]
-        if average is None:
-            continue
-        if name == BASELINE:
-            ax.axhline(100 * average, color="gray", linestyle="--", label=f"{name} (no pretraining)")
-            continue
-        flops = entry["pretrain"]["flops"]
-        ax.scatter([flops], [100 * average], s=40, zorder=3)
-        ax.annotate(name, (flops, 100 * average), textcoords="offset points", xytext=(5, 4), fontsize=9)
-    ax.set_xlim(left=0)
-    ax.set_xlabel("pretraining FLOPs")
-    ax.set_ylabel("GLUE average (dev, ×100)")
-    ax.set_title("Downstream quality vs pretraining compute")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    paths.append(output_dir / "glue_vs_flops.png")
-    fig.savefig(paths[-1], dpi=120)
-    plt.close(fig)
-    return paths
 
 
 # --------------------------------------------------------------------------------------------------------------------
