@@ -85,7 +85,9 @@ def test_presets_follow_the_official_rtd_configs():
     assert (config.relative_attention, config.position_buckets, config.norm_rel_ebd) == (True, 256, "layer_norm")
     assert (config.share_att_key, config.pos_att_type, config.max_relative_positions) == (True, ["p2c", "c2p"], -1)
     assert (config.position_biased_input, config.type_vocab_size, config.layer_norm_eps) == (False, 0, 1e-7)
-    assert (config.discriminator_weight, config.mask_replace_prob, config.max_predictions_per_seq) == (50.0, 1.0, 80)
+    # λ = 10: rtd.sh sets no --rtd_lambda, whose default is 10 (rtd_task.py:392); the paper's 50 is not the script's
+    assert (config.discriminator_weight, config.mask_replace_prob, config.max_predictions_per_seq) == (10.0, 1.0, 80)
+    assert config.mask_positions == "window"
     training = hb.get_recipe("deberta-v3-base").training_defaults
     assert (training["learning_rate"], training["warmup_steps"], training["per_device_train_batch_size"]) == (
         1e-4,
@@ -96,8 +98,8 @@ def test_presets_follow_the_official_rtd_configs():
     assert hb.get_recipe("deberta-v3-tiny").config.max_predictions_per_seq == 10  # ceil(64 * 0.15 / 10) * 10
     with pytest.raises(ValueError, match="embedding_sharing"):
         BertologyDebertaV3Config(embedding_sharing="tied")
-    with pytest.raises(ValueError, match="position_biased_input"):
-        BertologyDebertaV3Config(position_biased_input=True)
+    with pytest.raises(ValueError, match="mask_positions"):
+        BertologyDebertaV3Config(mask_positions="random")
 
 
 @pytest.mark.parametrize(
@@ -173,7 +175,7 @@ def test_rtd_sends_nothing_into_generator_only_weights(sharing):
     out.rtd_loss.backward()
     assert all(not grad_of(p).any() for p in generator_only)
     assert all(grad_of(p).any() for p in model.mask_predictions.parameters())
-    assert torch.allclose(out.loss, out.mlm_loss + 50.0 * out.rtd_loss)
+    assert torch.allclose(out.loss, out.mlm_loss + 10.0 * out.rtd_loss)
     chosen = tiny_batch()["labels"].ne(-100)
     assert out.prediction_logits.shape == (int(chosen.sum()), VOCAB)  # sparse: chosen positions only
     assert not (out.replaced_input_ids == MASK_ID).any()

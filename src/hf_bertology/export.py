@@ -108,6 +108,9 @@ def export_deberta_v3(checkpoint: str | Path, output_dir: str | Path, part: str 
     model = model_class(config_builder(joint.config))
     # state_dict() holds the merged GDES table under `deberta.`; the generator's keys are complete under `generator.`
     state = {k[len(prefix) :]: v for k, v in joint.state_dict().items() if k.startswith(prefix)}
+    if part == "generator" and model.deberta.embeddings.position_embeddings is None:
+        # the EMD's position table: plain DebertaV2ForMaskedLM has no EMD (and ignores the table on loading)
+        state.pop("deberta.embeddings.position_embeddings.weight", None)
     model.load_state_dict(state, strict=True)
     logger.info("writing the DeBERTa-v3 %s (%s) to %s", part, model_class.__name__, output_dir)
     return _write(model, checkpoint, output_dir)
