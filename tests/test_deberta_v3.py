@@ -9,6 +9,7 @@ import textwrap
 
 import pytest
 import torch
+import torch.nn.functional as F
 from transformers import DebertaV2Model
 
 import hf_bertology as hb
@@ -202,6 +203,122 @@ def test_accumulated_halves_equal_one_batch():
         assert torch.allclose(grad_of(p), g, atol=1e-5, rtol=1e-4)
 
 
+# -- the generator's enhanced mask decoder, the discriminator's head ------------------------------------------------
+
+
+def emd_reference(model, input_ids, attention_mask) -> torch.Tensor:
+    """The official `EnhancedMaskDecoder.emd_context_layer` (masked_language_model.py:51-82) step by step:
+    h = the last layer's input, q = z + h (z: the raw absolute position embeddings), then the last layer twice with
+    keys/values h, the query the previous output."""
+    deberta = model.generator.deberta
+    hidden = deberta(input_ids, attention_mask=attention_mask, output_hidden_states=True).hidden_states[-2]
+    z = deberta.embeddings.position_embeddings.weight[: input_ids.shape[1]][None]  # (1, T, H)
+    extended = attention_mask[:, None, None, :] * attention_mask[:, None, :, None]  # (B, 1, T, T)
+    layer, encoder = deberta.encoder.layer[-1], deberta.encoder
+    query = z + hidden
+    for _ in range(2):
+        query = layer(
+            hidden,
+            extended,
+            query_states=query,
+            relative_pos=encoder.get_rel_pos(hidden),
+            rel_embeddings=encoder.get_rel_embedding(),
+        )[0]
+    return query
+
+
+def test_generator_predicts_through_the_enhanced_mask_decoder():
+    """The generator's logits at the chosen positions are EMD's (not the last layer's), and EMD's position table
+    (`generator.deberta.embeddings.position_embeddings`, max_position_embeddings x H) is trained by the MLM loss."""
+    model = tiny_model("gdes")
+    table = model.generator.deberta.embeddings.position_embeddings.weight
+    assert table.shape == (model.config.max_position_embeddings, TINY["hidden_size"])
+    batch = tiny_batch()
+    chosen = batch["labels"].ne(-100)
+    torch.manual_seed(1)
+    out = model(**batch)
+    with torch.no_grad():
+        states = emd_reference(model, batch["input_ids"], batch["attention_mask"])[chosen]  # (M, H)
+        expected = model.generator.lm_predictions(states, model.generator.deberta.embeddings.word_embeddings)
+        plain = model.generator(batch["input_ids"], attention_mask=batch["attention_mask"]).logits[chosen]
+    assert torch.allclose(out.prediction_logits, expected, atol=1e-5)
+    assert not torch.allclose(out.prediction_logits, plain, atol=1e-3)  # the plain last layer is not what predicts
+    out.mlm_loss.backward()
+    assert grad_of(table)[: batch["input_ids"].shape[1]].any() and not grad_of(table)[30:].any()
+
+
+def test_rtd_head_matches_a_plain_torch_reference():
+    """`mask_predictions` is the official `LMMaskPredictionHead` (replaced_token_detection_model.py:41-49):
+    LayerNorm(h_[CLS] + h_i) -> dense -> GELU -> one logit, written here with torch.nn.functional only."""
+    head = tiny_model("gdes", seed=3).mask_predictions
+    torch.nn.init.normal_(head.LayerNorm.weight)  # not the identity, so the order of the steps shows
+    hidden = torch.randn(3, 7, TINY["hidden_size"], generator=torch.Generator().manual_seed(0))
+    states = F.layer_norm(
+        hidden[:, :1] + hidden, (TINY["hidden_size"],), head.LayerNorm.weight, head.LayerNorm.bias, 1e-7
+    )
+    states = F.gelu(F.linear(states, head.dense.weight, head.dense.bias))
+    expected = F.linear(states, head.classifier.weight, head.classifier.bias).squeeze(-1)  # (B, T)
+    assert torch.allclose(head(hidden), expected, atol=1e-6)
+
+
+def test_gdes_shares_the_position_table_where_the_discriminator_reads_one():
+    """rtd_task.py:59-64,120-122: under GDES the discriminator's position table is sg(P_G) + Δ_P too. With absolute
+    positions in the input (`position_biased_input=True`), RTD trains Δ_P and not P_G, MLM trains P_G and not Δ_P, and
+    the saved table is P_G + Δ_P, which plain `DebertaV2Model` reads to the same outputs."""
+    model = tiny_model("gdes", position_biased_input=True)
+    positions = model.generator.deberta.embeddings.position_embeddings.weight
+    slot = model.deberta.embeddings.position_embeddings.weight
+    assert not slot.requires_grad and not model.gdes_positions.delta.any()
+    batch = tiny_batch()
+    torch.manual_seed(1)
+    model(**batch).rtd_loss.backward()
+    assert grad_of(model.gdes_positions.delta).any() and not grad_of(positions).any()
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(1)
+    model(**batch).mlm_loss.backward()
+    assert grad_of(positions).any() and not grad_of(model.gdes_positions.delta).any()
+    with torch.no_grad():
+        model.gdes_positions.delta.normal_()
+        model.gdes.delta.normal_()
+        hidden = model.discriminate(batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    state = model.state_dict()
+    assert torch.equal(state["deberta.embeddings.position_embeddings.weight"], positions + model.gdes_positions.delta)
+    plain = DebertaV2Model(hb.models.deberta_v3.discriminator_config(model.config)).eval()
+    plain.load_state_dict({k[len("deberta.") :]: v for k, v in state.items() if k.startswith("deberta.")})
+    with torch.no_grad():
+        plain_hidden = plain(batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    assert torch.allclose(plain_hidden, hidden, atol=1e-5)
+
+
+def test_trainer_clips_generator_and_discriminator_apart(tmp_path):
+    """The official decoupled training clips each network's gradient norm on its own (rtd_task.py:265,351; one
+    XAdam each, max_grad_norm 1): a generator gradient 1000x the discriminator's leaves the discriminator's alone."""
+    from transformers import TrainingArguments
+
+    from hf_bertology.training.trainer import BertologyTrainer
+
+    model = tiny_model("gdes")
+    args = TrainingArguments(output_dir=str(tmp_path), max_grad_norm=1.0, report_to=[], use_cpu=True)
+    trainer = BertologyTrainer(model=model, args=args)
+    generator, discriminator = model.gradient_clipping_groups()
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert {id(p) for p in generator}.isdisjoint(id(p) for p in discriminator)
+    assert len(generator) + len(discriminator) == len(trainable)
+    assert all(any(p is q for q in discriminator) for p in (model.gdes.delta, *model.mask_predictions.parameters()))
+    gen = torch.Generator().manual_seed(0)
+    for group, norm in ((generator, 500.0), (discriminator, 0.5)):
+        grads = [torch.randn(p.shape, generator=gen) for p in group]
+        total = torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))
+        for p, g in zip(group, grads):
+            p.grad = g * (norm / total)
+    before = [p.grad.clone() for p in discriminator]
+    reported = trainer._clip_grad_norm(model)
+    assert torch.allclose(reported, torch.tensor((500.0**2 + 0.5**2) ** 0.5), rtol=1e-4)  # logged: the whole norm
+    assert all(torch.equal(p.grad, g) for p, g in zip(discriminator, before))  # under its own threshold: untouched
+    clipped = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in generator]))
+    assert torch.allclose(clipped, torch.tensor(1.0), rtol=1e-4)
+
+
 # -- saving: merged GDES table, plain transformers ------------------------------------------------------------------
 
 
@@ -319,6 +436,35 @@ def test_generator_input_is_all_mask_with_an_exact_count(tokenizer):
     assert not chosen[:, 0].any() and not chosen[:, -1].any()  # never [CLS]/[SEP]
     positions = chosen.float().mean(0)[1:-1]  # uniform over the 62 body positions (~100k tokens)
     assert (positions - 9 / 62).abs().max() < 0.04
+
+
+def test_positions_are_chosen_one_per_window_from_the_left(tokenizer):
+    """The official NGramMaskGenerator (mlm_task.py:57,74,78-96; rtd_task.py:145): one position per window of
+    int(1/0.15) = 6 candidates, uniform inside it, windows from the left until the count; the tail is never masked.
+    Length 64: 62 candidates, count round(64 * 0.15) = 10, so windows 0-9 (the first 60 candidates) get one each."""
+    recipe = hb.get_recipe("deberta-v3-tiny")
+    collator = recipe.build_collator(tokenizer, seed=0)
+    assert type(collator).__name__ == "DataCollatorForWindowMasking" and collator.window == 6
+    gen = torch.Generator().manual_seed(0)
+    low = len(tokenizer.all_special_ids)
+    body = torch.randint(low, len(tokenizer), (1600, 62), generator=gen).tolist()
+    batch = collator([{"input_ids": [tokenizer.cls_token_id, *row, tokenizer.sep_token_id]} for row in body])
+    chosen = batch["labels"].ne(-100)[:, 1:-1]  # (1600, 62) the candidates
+    assert (chosen.sum(1) == 10).all() and (
+        batch["input_ids"][batch["labels"].ne(-100)] == tokenizer.mask_token_id
+    ).all()
+    windows = chosen[:, :60].reshape(-1, 10, 6)  # (N, window, offset)
+    assert (windows.sum(2) == 1).all()  # exactly one per window
+    assert not chosen[:, 60:].any()  # the tail: never
+    offsets = windows.float().mean((0, 1))  # uniform inside the window: 1/6 each over 16k windows
+    assert (offsets - 1 / 6).abs().max() < 0.015
+    # A short row: 10 candidates -> windows of 6 and 4, count round(12 * 0.15) = 2: one in each
+    short = collator([{"input_ids": [tokenizer.cls_token_id, *body[0][:10], tokenizer.sep_token_id]}] * 400)
+    picked = short["labels"].ne(-100)[:, 1:-1]
+    assert (picked[:, :6].sum(1) == 1).all() and (picked[:, 6:].sum(1) == 1).all()
+    assert picked[:, 6:].float().mean(0).min() > 0.15  # the short window's 4 positions all drawn
+    uniform = DataCollatorForMaskedLM.from_config(recipe.config, tokenizer, seed=0)
+    assert uniform([{"input_ids": [1, *body[0], 2]}])["labels"].ne(-100).sum() == 10
 
 
 def test_pretrain_trains_saves_and_exports(tmp_path, corpus_file):

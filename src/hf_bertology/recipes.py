@@ -24,7 +24,12 @@ from typing import Any
 from huggingface_hub.errors import StrictDataclassError
 from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
-from .collators import DataCollatorForMaskedLM, DataCollatorForPermutationLM, DataCollatorForSpanMasking
+from .collators import (
+    DataCollatorForMaskedLM,
+    DataCollatorForPermutationLM,
+    DataCollatorForSpanMasking,
+    DataCollatorForWindowMasking,
+)
 from .data.vocab import train_tokenizer
 from .models.albert import BertologyAlbertConfig, BertologyAlbertForPreTraining
 from .models.bert import BertologyBertConfig, BertologyBertForPreTraining
@@ -152,7 +157,7 @@ VARIANTS: dict[str, Variant] = {
         "deberta-v3",
         BertologyDebertaV3Config,
         BertologyDebertaV3ForPreTraining,
-        DataCollatorForMaskedLM,
+        DataCollatorForWindowMasking,  # one position per 6-token window (official NGramMaskGenerator)
         "unigram",
         tokenizer_class="DebertaV2Tokenizer",
         plain_auto_class="AutoModel",
