@@ -257,8 +257,8 @@ class BertologyDebertaV3ForPreTraining(DebertaV2PreTrainedModel):
         """The parameters whose gradient norms are clipped apart (`BertologyTrainer`): the generator's, then the
         discriminator's (with `mask_predictions` and GDES's Δ). Officially each network has its own trainer and
         optimizer (`rtd_task.py:265,351`), and each optimizer clips its own global norm (`max_grad_norm`,
-        `DeBERTa/optims/args.py:69-72`; `fp16_optimizer.py:221-229`). A table shared under "es" goes with the
-        generator, whose parameter it is officially (`rtd_task.py:126`)."""
+        `DeBERTa/optims/args.py:69-72`, `training/optimizer_utils.py:167`, `optims/fp16_optimizer.py:221-231`).
+        A table shared under "es" goes with the generator, whose parameter it is officially (`rtd_task.py:126`)."""
         generator = [p for p in self.generator.parameters() if p.requires_grad]
         in_generator = {id(p) for p in generator}
         return [generator, [p for p in self.parameters() if p.requires_grad and id(p) not in in_generator]]
