@@ -82,10 +82,10 @@ def plot(results: dict[str, list[dict]], out_dir: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    for name, logs in results.items():
+    for (name, logs), style in zip(results.items(), ("-", "--", ":")):
         steps = [log["step"] for log in logs]
         for ax, key in zip(axes, ("mlm_loss", "rtd_loss", "rtd_accuracy")):
-            ax.plot(steps, [log[key] for log in logs], label=name)
+            ax.plot(steps, [log[key] for log in logs], style, label=name)  # dashed: λ=50 may lie on λ=10
             ax.set_title(f"deberta-v3-mini: {key}")
             ax.set_xlabel("optimizer step")
     axes[0].legend()
