@@ -349,6 +349,24 @@ def test_saved_gdes_table_is_the_merged_sum(tmp_path):
     assert torch.allclose(exported.embeddings.word_embeddings.weight, merged)
 
 
+def test_a_checkpoint_from_before_emd_still_exports(tmp_path):
+    """A joint checkpoint written before the generator had EMD (no `generator.deberta.embeddings.position_embeddings`)
+    still exports both vanilla networks, equal to its weights."""
+    from safetensors.torch import load_file, save_file
+
+    model = trained_gdes_model()
+    model.save_pretrained(tmp_path / "ckpt")
+    weights = load_file(tmp_path / "ckpt" / "model.safetensors")
+    del weights["generator.deberta.embeddings.position_embeddings.weight"]
+    save_file(weights, tmp_path / "ckpt" / "model.safetensors", metadata={"format": "pt"})
+    hb.export_deberta_v3(tmp_path / "ckpt", tmp_path / "gen", "generator")
+    hb.export_deberta_v3(tmp_path / "ckpt", tmp_path / "disc", "discriminator")
+    generator = load_file(tmp_path / "gen" / "model.safetensors")
+    assert torch.equal(generator["deberta.embeddings.word_embeddings.weight"], weights[f"generator.deberta.{WORD}"])
+    discriminator = load_file(tmp_path / "disc" / "model.safetensors")
+    assert torch.equal(discriminator[WORD], weights[f"deberta.{WORD}"])
+
+
 PLAIN_TRANSFORMERS = """
 import sys
 sys.modules["hf_bertology"] = None  # plain transformers only

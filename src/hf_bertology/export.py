@@ -81,6 +81,7 @@ def export_electra(checkpoint: str | Path, output_dir: str | Path, part: str = "
     return _write(model, checkpoint, output_dir)
 
 
+EMD_TABLE = "generator.deberta.embeddings.position_embeddings.weight"  # the generator's EMD positions, not in vanilla
 DEBERTA_V3_PARTS = {
     # part -> (vanilla class, config builder, prefix of its weights in the joint model)
     "discriminator": (DebertaV2Model, deberta_v3.discriminator_config, "deberta."),
@@ -99,10 +100,11 @@ def export_deberta_v3(checkpoint: str | Path, output_dir: str | Path, part: str 
         joint, info = deberta_v3.BertologyDebertaV3ForPreTraining.from_pretrained(checkpoint, output_loading_info=True)
     except Exception as err:
         raise BertologyError(f"could not load a joint DeBERTa-v3 model from {checkpoint} ({err})") from None
-    if info["missing_keys"]:
+    missing = set(info["missing_keys"]) - {EMD_TABLE}  # a checkpoint from before EMD: its networks are complete
+    if missing:
         raise BertologyError(
             f"{checkpoint} is not a joint DeBERTa-v3 checkpoint written by hf_bertology (missing e.g. "
-            f"{sorted(info['missing_keys'])[0]})"
+            f"{sorted(missing)[0]})"
         )
     model_class, config_builder, prefix = DEBERTA_V3_PARTS[part]
     model = model_class(config_builder(joint.config))
@@ -110,7 +112,7 @@ def export_deberta_v3(checkpoint: str | Path, output_dir: str | Path, part: str 
     state = {k[len(prefix) :]: v for k, v in joint.state_dict().items() if k.startswith(prefix)}
     if part == "generator" and model.deberta.embeddings.position_embeddings is None:
         # the EMD's position table: plain DebertaV2ForMaskedLM has no EMD (and ignores the table on loading)
-        state.pop("deberta.embeddings.position_embeddings.weight", None)
+        state.pop(EMD_TABLE.removeprefix(prefix), None)
     model.load_state_dict(state, strict=True)
     logger.info("writing the DeBERTa-v3 %s (%s) to %s", part, model_class.__name__, output_dir)
     return _write(model, checkpoint, output_dir)
