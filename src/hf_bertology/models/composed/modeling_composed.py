@@ -11,12 +11,18 @@ name plain `transformers` gives it, so the backbone's own classes load our check
   pooler where the family has one (BERT's NSP head exactly: pooler + 2-way classifier, `sentence_classifier`), else
   through our `sentence_pooler`; SpanBERT's SBO head (`sbo`, as `models/spanbert`) predicts span tokens from the
   boundary states and projects to the embedding width, so it also ties to ALBERT's and ELECTRA's smaller tables.
-- **RTD objectives** (ELECTRA, DeBERTa-v3): the discriminator is the backbone + ELECTRA's head
-  (`discriminator_predictions.dense` / `.dense_prediction`), the generator the family's `*ForMaskedLM` at
-  `generator.*`, sized by `generator_hidden_fraction` / `generator_layers_fraction`. Embedding sharing:
+- **RTD objectives** (ELECTRA, DeBERTa-v3): the discriminator is the backbone + the objective's head: ELECTRA's
+  (`discriminator_predictions.dense` / `.dense_prediction`) or DeBERTa-v3's `mask_predictions` (LayerNorm(h_[CLS] +
+  h_i) first, microsoft/DeBERTa `replaced_token_detection_model.py:30-49`); the generator the family's
+  `*ForMaskedLM` at `generator.*`, sized by `generator_hidden_fraction` / `generator_layers_fraction`. DeBERTa-v3's
+  generator decodes through EMD only where the input carries no absolute positions (`masked_language_model.py:60,
+  73-74`: with `position_biased_input` the official decoder is the last layer): so on BERT, RoBERTa, ALBERT and
+  ELECTRA, whose inputs add a position table, the family's MLM head on the last layer is the official decoder;
+  ModernBERT (rotary positions, no table) has no EMD here (its layers take no separate query). Embedding sharing:
   `"es"` ties every embedding table of equal shape (ELECTRA: token, position and type tables), `"gdes"` feeds the
-  discriminator sg(E_G) + Δ and writes E_G + Δ into its word table in every state dict (DeBERTa-v3 §3.3), `"nes"`
-  shares nothing. Plain `AutoModel` / `AutoModelForSequenceClassification` load the discriminator.
+  discriminator sg(E_G) + Δ for the word table and sg(P_G) + Δ_P for the absolute position table (DeBERTa-v3 §3.3;
+  `rtd_task.py:56-64,113-122` shares both) and writes E_G + Δ, P_G + Δ_P into its tables in every state dict,
+  `"nes"` shares nothing. Plain `AutoModel` / `AutoModelForSequenceClassification` load the discriminator.
 
 An unused pooler (no sentence task) is kept and frozen, like the released SpanBERT checkpoints', so plain `AutoModel`
 loads with nothing missing. Padding-free batches (`cu_seq_lens_q`) work on the backbones that call transformers'
@@ -94,7 +100,8 @@ MLM_HEADS = {
 }
 
 WORD_TABLES = ("embeddings.word_embeddings.weight", "embeddings.tok_embeddings.weight")
-OTHER_TABLES = ("embeddings.position_embeddings.weight", "embeddings.token_type_embeddings.weight")
+POSITION_TABLE = "embeddings.position_embeddings.weight"
+OTHER_TABLES = (POSITION_TABLE, "embeddings.token_type_embeddings.weight")
 SENTENCE_LABELS = {"nsp": "next_sentence_label", "sop": "sentence_order_label"}
 
 
@@ -197,6 +204,24 @@ class DiscriminatorHead(nn.Module):
         return self.dense_prediction(self.activation(self.dense(hidden_states))).squeeze(-1)  # (B, T)
 
 
+class ClsReplacedTokenDetectionHead(nn.Module):
+    """DeBERTa-v3's `LMMaskPredictionHead` (see `models/deberta_v3`; microsoft/DeBERTa
+    `replaced_token_detection_model.py:30-49`): LayerNorm(h_[CLS] + h_i) -> dense -> act -> one logit per token."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.transform_act_fn = _activation(config)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=_layer_norm_eps(config))
+        self.classifier = nn.Linear(config.hidden_size, 1)
+
+    def forward(self, hidden_states: torch.Tensor, first: torch.Tensor | None = None) -> torch.Tensor:
+        """`first`: `(B, T)` index of each token's [CLS] (a padding-free row holds several examples)."""
+        cls = hidden_states[:, :1] if first is None else hidden_states[0, first][None]  # (B, 1 or T, H)
+        states = self.LayerNorm(cls + hidden_states)  # every token sees its example's [CLS]
+        return self.classifier(self.transform_act_fn(self.dense(states))).squeeze(-1)  # (B, T)
+
+
 class GradientDisentangledEmbedding(nn.Module):
     """GDES (DeBERTa-v3 §3.3; see `models/deberta_v3`): E_D = sg(E_G) + Δ with Δ zero-initialised."""
 
@@ -249,7 +274,10 @@ class ComposedForPreTraining:
         self.rtd = config.replaced_token_detection
         tied: dict[str, str] = {}
         if self.rtd:
-            self.discriminator_predictions = DiscriminatorHead(config)
+            if config.objective == "deberta-v3":
+                self.mask_predictions = ClsReplacedTokenDetectionHead(config)
+            else:
+                self.discriminator_predictions = DiscriminatorHead(config)
             self.generator = masked_lm_class(generator_config(config))
             tied = self._share_embeddings(config, masked_lm_class, prefix, word_table)
         else:
@@ -297,6 +325,8 @@ class ComposedForPreTraining:
         if sharing == "gdes":
             self.gdes = GradientDisentangledEmbedding(*_get(self.base_model, word_table).shape)
             self._gdes_tables = (f"{prefix}.{word_table}", word_table)
+            if POSITION_TABLE in same_shape:  # the official shares the position table the same way
+                self.gdes_positions = GradientDisentangledEmbedding(*_get(self.base_model, POSITION_TABLE).shape)
             self.register_state_dict_post_hook(_merge_gdes)
         return tied
 
@@ -308,6 +338,8 @@ class ComposedForPreTraining:
             pooler.requires_grad_(False)
         if self.rtd and self.config.embedding_sharing == "gdes":
             _get(self.base_model, self._gdes_tables[1]).requires_grad_(False)
+            if hasattr(self, "gdes_positions"):
+                _get(self.base_model, POSITION_TABLE).requires_grad_(False)
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
@@ -427,8 +459,28 @@ class ComposedForPreTraining:
         """The discriminator backbone's outputs on `input_ids` (under GDES, on sg(E_G) + Δ)."""
         if self.config.embedding_sharing == "gdes":
             generator_table = _get(self.generator.base_model, self._gdes_tables[1])
-            return self.base_model(inputs_embeds=self.gdes(input_ids, generator_table), **inputs)
+            inputs_embeds = self.gdes(input_ids, generator_table)
+            if not hasattr(self, "gdes_positions"):
+                return self.base_model(inputs_embeds=inputs_embeds, **inputs)
+            # the position table is sg(P_G) + Δ_P for this call (official `rtd_task.py:120-122`)
+            positions = _get(self.generator.base_model, POSITION_TABLE).detach() + self.gdes_positions.delta
+            call = {"inputs_embeds": inputs_embeds, **inputs}
+            return torch.func.functional_call(self.base_model, {POSITION_TABLE: positions}, (), call)
         return self.base_model(input_ids, **inputs)
+
+    def _rtd_logits(self, hidden_states: torch.Tensor, inputs: dict) -> torch.Tensor:
+        """`(B, T)` discriminator logits: DeBERTa-v3's head reads each example's [CLS] (the row's start, or in a
+        padding-free row the start of its example), ELECTRA's reads each token alone."""
+        if not hasattr(self, "mask_predictions"):
+            return self.discriminator_predictions(hidden_states)
+        cu_seq_lens = inputs.get("cu_seq_lens_q")
+        first = None
+        if cu_seq_lens is not None:  # (T,) the start of each token's example
+            lengths = cu_seq_lens[1:] - cu_seq_lens[:-1]
+            first = torch.repeat_interleave(
+                cu_seq_lens[:-1].long(), lengths.long(), output_size=hidden_states.shape[1]
+            )
+        return self.mask_predictions(hidden_states, first)
 
     def _replaced_token_detection(
         self, input_ids, attention_mask, labels, target_positions, inputs, num_items_in_batch
@@ -438,7 +490,7 @@ class ComposedForPreTraining:
         config = self.config
         if labels is None:
             hidden = self.discriminate(input_ids, **inputs).last_hidden_state
-            return BertologyComposedForPreTrainingOutput(rtd_logits=self.discriminator_predictions(hidden))
+            return BertologyComposedForPreTrainingOutput(rtd_logits=self._rtd_logits(hidden, inputs))
         chosen = labels.ne(-100)  # (B, T)
         at = chosen.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
         targets = labels.flatten().index_select(0, at)
@@ -462,7 +514,7 @@ class ComposedForPreTraining:
             rtd_labels = (replaced_input_ids != original_ids) & real  # (B, T)
 
         disc_outputs = self.discriminate(replaced_input_ids, **inputs)
-        rtd_logits = self.discriminator_predictions(disc_outputs.last_hidden_state)  # (B, T)
+        rtd_logits = self._rtd_logits(disc_outputs.last_hidden_state, inputs)  # (B, T)
         # over the real tokens by weighting, not selecting: every shape stays the batch's (no host sync)
         rtd_sum = F.binary_cross_entropy_with_logits(
             rtd_logits.float(), rtd_labels.float(), weight=real.float(), reduction="sum"
@@ -496,13 +548,17 @@ def _get(module: nn.Module, name: str) -> torch.Tensor:
 
 
 def _merge_gdes(module, state_dict: dict, prefix: str, local_metadata) -> None:
-    """State-dict hook: write E_G + Δ as the discriminator's word table, so a checkpoint is a complete plain backbone.
+    """State-dict hook: write E_G + Δ (and P_G + Δ_P) as the discriminator's tables, so a checkpoint is a complete
+    plain backbone.
     Only plain state dicts (`keep_vars=False`, what saving uses) are rewritten; the parameters never change."""
-    key = f"{prefix}{module._gdes_tables[0]}"
-    if key not in state_dict or isinstance(state_dict[key], nn.Parameter) or state_dict[key].is_meta:
-        return
-    generator_table = _get(module.generator.base_model, module._gdes_tables[1])
-    state_dict[key] = generator_table.detach() + module.gdes.delta.detach()
+    merges = [(module._gdes_tables[1], module.gdes)]
+    if hasattr(module, "gdes_positions"):
+        merges.append((POSITION_TABLE, module.gdes_positions))
+    for name, gdes in merges:
+        key = f"{prefix}{module.base_model_prefix}.{name}"
+        if key not in state_dict or isinstance(state_dict[key], nn.Parameter) or state_dict[key].is_meta:
+            continue
+        state_dict[key] = _get(module.generator.base_model, name).detach() + gdes.delta.detach()
 
 
 class BertologyComposedBertForPreTraining(ComposedForPreTraining, BertPreTrainedModel):
