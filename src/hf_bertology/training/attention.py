@@ -49,7 +49,10 @@ def _repad_sdpa(query, key, value, cu_seqlens, max_len, dropout, scaling, slots=
         slots = row * max_len + (token - cu[row])
     slots = slots.to(query.device)
     lengths = cu[1:] - cu[:-1]
-    keep = torch.arange(max_len, device=cu.device)[None, :] < lengths[:, None]  # (B, max_len)
+    columns = torch.arange(max_len, device=cu.device)[None, :]
+    # an empty example (fixed-shape batches pad `cu_seqlens` with them) attends to one zero slot, never gathered:
+    # a row with no key at all would be NaN, and NaN times a zero gradient is still NaN
+    keep = (columns < lengths[:, None]) | (columns == 0)  # (B, max_len)
 
     def pad(x):  # (1, H, T, D) -> (B, H, max_len, D)
         out = x.new_zeros(rows * max_len, heads, dim)
