@@ -227,3 +227,26 @@ def test_padding_waste_on_wikipedia(shared_data):
         waste = padding_waste(batches, lengths, budget)
         print(variant, f"padded {padded:.3f}, fixed-shape {waste:.4f}", budget)
         assert waste <= 1.02, (variant, waste, budget)
+
+
+def test_pretrain_with_fixed_shape_batches(tmp_path, corpus_file):
+    """`bertology pretrain --fixed_shape_batches`: the Trainer's training batches all have one shape, the sampler's
+    token budget; the run trains (finite loss) and its token count is the real tokens it saw."""
+    from transformers import TrainerCallback
+
+    from hf_bertology.training.pretrain import main
+
+    seen = {}
+
+    class Shapes(TrainerCallback):
+        def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
+            shapes = set()
+            for _, batch in zip(range(4), train_dataloader):
+                shapes.add(tuple((k, tuple(v.shape)) for k, v in sorted(batch.items()) if torch.is_tensor(v)))
+            seen["shapes"], seen["steps"] = shapes, len(train_dataloader)
+
+    argv = ["--recipe", "electra-tiny", "--train_file", str(corpus_file), "--output_dir", str(tmp_path / "run")]
+    flags = ["--vocab_size", "300", "--max_steps", "3", "--per_device_train_batch_size", "4", "--logging_steps", "1"]
+    metrics = main([*argv, *flags, "--disable_tqdm", "true", "--fixed_shape_batches", "true"], callbacks=[Shapes()])
+    assert len(seen["shapes"]) == 1 and seen["steps"] > 3, seen
+    assert torch.isfinite(torch.tensor(metrics["train_loss"]))

@@ -45,10 +45,14 @@ import torch
 
 from ..utils import logger
 from .base import CollatorWrapper
-from .flatten import POSITION_KEYS, TARGET_POSITIONS, UNFLATTENABLE
+from .flatten import POSITION_KEYS, TARGET_POSITIONS, UNFLATTENABLE, add_target_positions, flatten_batch
 
 # Keys of a padded batch that are per token but not labels: their filler value.
 _LABEL_FILL = -100
+
+
+class DoesNotFit(ValueError):
+    """The examples of a batch do not fit the token budget."""
 
 
 def _round_up(value: float, multiple: int) -> int:
@@ -226,7 +230,7 @@ def lay_out(batch: dict[str, torch.Tensor], budget: TokenBudget) -> dict[str, to
     if bins is None:  # not in a sampler's order: place them best-fit (the examples' order then changes)
         bins, rest = best_fit(lengths, budget)
     if rest:
-        raise ValueError(
+        raise DoesNotFit(
             f"{len(rest)} of {count} examples do not fit the token budget ({budget.rows} x {budget.row_length}); "
             "batch them with TokenBudgetBatchSampler"
         )
@@ -321,7 +325,11 @@ class FixedShapeCollator(CollatorWrapper):
         self.budget = budget
 
     def __call__(self, features):
-        return lay_out(self.collator(features), self.budget)
+        batch = self.collator(features)
+        try:
+            return lay_out(batch, self.budget)
+        except DoesNotFit:  # a batch the sampler did not make (evaluation): the padding-free layout
+            return add_target_positions(flatten_batch(batch))
 
 
 def padding_waste(batches: Sequence[Sequence[int]], lengths: Sequence[int], budget: TokenBudget) -> float:
@@ -332,6 +340,7 @@ def padding_waste(batches: Sequence[Sequence[int]], lengths: Sequence[int], budg
 
 
 __all__ = [
+    "DoesNotFit",
     "FixedShapeCollator",
     "TokenBudget",
     "TokenBudgetBatchSampler",

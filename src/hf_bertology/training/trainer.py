@@ -277,6 +277,11 @@ class BertologyTrainer(Trainer):
         finally:
             self.data_collator = collator
 
+    def _get_train_sampler(self, train_dataset=None):
+        # a batch sampler set by `training.fixed_shape.use_fixed_shape` (fixed-shape token-budget steps)
+        sampler = getattr(self, "train_batch_sampler", None)
+        return sampler if sampler is not None else super()._get_train_sampler(train_dataset)
+
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         batch_samples, num_items = super().get_batch_samples(epoch_iterator, num_batches, device)
         self._batches_trained += len(batch_samples)
