@@ -64,7 +64,9 @@ def build(args, output_dir: str):
     collator = recipe.build_collator(tokenizer)
     model = pretrain.build_model(recipe, model_args)
     model, collator = pretrain.configure_batches(recipe, model, collator, model_args, data_args)
-    train, _ = pretrain.build_datasets(corpus, eval_corpus, tokenizer, recipe, max_seq_length, data_args, training_args)
+    train, _ = pretrain.build_datasets(
+        corpus, eval_corpus, tokenizer, recipe, max_seq_length, data_args, training_args
+    )
     trainer, _ = pretrain.build_trainer(recipe, model, tokenizer, collator, train, None, training_args)
     if data_args.fixed_shape_batches:
         from hf_bertology.training.fixed_shape import use_fixed_shape

@@ -290,6 +290,9 @@ def lay_out(batch: dict[str, torch.Tensor], budget: TokenBudget) -> dict[str, to
     out["cu_seq_lens_q"] = out["cu_seq_lens_k"] = cu_seqlens
     out["max_length_q"] = out["max_length_k"] = budget.max_length
     out["packed_slots"] = slot_segment * budget.max_length + slot_position  # for the CPU's re-padded attention
+    columns = torch.arange(budget.max_length)[None, :]
+    # an empty segment keeps one (zero, never gathered) key: a row with none would be NaN (`packed_key_mask`)
+    out["packed_key_mask"] = (columns < seg_length[:, None]) | (columns == 0)
     add_fixed_target_positions(out, budget)
     return out
 
