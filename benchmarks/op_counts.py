@@ -167,7 +167,7 @@ def plain_step(variant: str, config):
     return None
 
 
-def measure(variant: str, corpus: datasets.Dataset | None = None) -> dict[str, int]:
+def measure(variant: str, corpus: datasets.Dataset | None = None, plain: bool = True) -> dict[str, int]:
     corpus = corpus if corpus is not None else synthetic_corpus()
     recipe = get_recipe(f"{variant}-tiny")
     tokenizer = recipe.train_tokenizer(corpus["text"], VOCAB)
@@ -185,7 +185,7 @@ def measure(variant: str, corpus: datasets.Dataset | None = None) -> dict[str, i
 
     ours = count_step(model.train(), ours_batch, ours_loss)
     row = {"ours": ours.total, "ours_non_view": ours.non_view}
-    plain = plain_step(variant, recipe.config)
+    plain = plain_step(variant, recipe.config) if plain else None
     if plain is not None:
         plain_model, plain_loss = plain
         counted = count_step(plain_model.train(), padded, plain_loss)

@@ -128,7 +128,7 @@ def run_bare(trainer, initial_state, warmup) -> float:
         trainer.train_dataset, batch_size=args.per_device_train_batch_size, collate_fn=trainer.data_collator
     )
     times = []
-    for step, batch in zip(range(args.max_steps), loader):
+    for _, batch in zip(range(args.max_steps), loader):
         batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
         loss = model(**batch).loss
         loss.backward()

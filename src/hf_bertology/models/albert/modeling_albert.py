@@ -137,9 +137,7 @@ class BertologyAlbertForPreTraining(AlbertPreTrainedModel):
             n_tokens = predicted.sum()
             mlm_sum = F.cross_entropy(prediction_logits.float(), targets, reduction="sum")
             mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", n_tokens, n_tokens)
-            mlm_accuracy = (prediction_logits.argmax(-1) == targets).sum() / targets.ne(
-                -100
-            ).sum()  # none: NaN, which logs skip
+            mlm_accuracy = (prediction_logits.argmax(-1) == targets).sum() / n_tokens  # none: NaN, which logs skip
             loss = mlm_loss
             if sentence_order_label is not None:
                 n_seq = torch.full((), sentence_order_label.numel(), device=labels.device)

@@ -142,7 +142,7 @@ class BertologyBertForPreTraining(BertPreTrainedModel):
             n_tokens = predicted.sum()
             mlm_sum = F.cross_entropy(prediction_logits.float(), targets, reduction="sum")
             mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", n_tokens, n_tokens)
-            mlm_accuracy = (prediction_logits.argmax(-1) == targets).sum() / targets.ne(-100).sum()
+            mlm_accuracy = (prediction_logits.argmax(-1) == targets).sum() / n_tokens
             loss = mlm_loss
             if next_sentence_label is not None:
                 n_seq = torch.full((), next_sentence_label.numel(), device=labels.device)

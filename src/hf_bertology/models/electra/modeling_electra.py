@@ -294,7 +294,7 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
             prediction_logits = self.generator.generator_lm_head(gen_hidden)  # (M, V)
         mlm_sum = F.cross_entropy(prediction_logits.float(), targets, reduction="sum")
         mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", n_chosen, n_chosen)
-        mlm_accuracy = (prediction_logits.argmax(-1) == targets).sum() / targets.ne(-100).sum()
+        mlm_accuracy = (prediction_logits.argmax(-1) == targets).sum() / n_chosen
         if self.training_stage == "generator":
             return BertologyElectraForPreTrainingOutput(
                 loss=mlm_loss, mlm_loss=mlm_loss, mlm_accuracy=mlm_accuracy, prediction_logits=prediction_logits

@@ -201,7 +201,7 @@ class BertologySpanBertForPreTraining(BertPreTrainedModel):
             sbo_sum = F.cross_entropy(sbo_logits.float(), sbo_targets, reduction="sum")
             n_sbo = has_target.sum()
             sbo_loss = sbo_sum / _denominator(num_items_in_batch, "sbo_labels", n_sbo)
-            sbo_accuracy = (sbo_logits.argmax(-1) == sbo_targets).sum() / sbo_targets.ne(-100).sum()
+            sbo_accuracy = (sbo_logits.argmax(-1) == sbo_targets).sum() / n_sbo
             weighted = self.config.sbo_loss_weight * sbo_loss
             loss = weighted if loss is None else loss + weighted
 
