@@ -250,3 +250,13 @@ def test_pretrain_with_fixed_shape_batches(tmp_path, corpus_file):
     metrics = main([*argv, *flags, "--disable_tqdm", "true", "--fixed_shape_batches", "true"], callbacks=[Shapes()])
     assert len(seen["shapes"]) == 1 and seen["steps"] > 3, seen
     assert torch.isfinite(torch.tensor(metrics["train_loss"]))
+
+
+def test_example_lengths_read_through_a_selection():
+    import datasets
+
+    from hf_bertology.training.fixed_shape import example_lengths
+
+    data = datasets.Dataset.from_dict({"input_ids": [[1] * n for n in range(1, 9)]})
+    assert example_lengths(data.select([7, 0, 3])) == [8, 1, 4]
+    assert example_lengths([{"input_ids": [1, 2]}]) == [2]

@@ -11,6 +11,7 @@ not make).
 
 from __future__ import annotations
 
+import datasets
 import pyarrow.compute as pc
 from transformers.trainer_pt_utils import BatchRebalanceSampler
 
@@ -39,9 +40,10 @@ class TrainerTokenBudgetSampler(TokenBudgetBatchSampler, BatchRebalanceSampler):
 
 
 def example_lengths(dataset) -> list[int]:
-    """Tokens of every example (`input_ids`), read from the Arrow column without decoding the rows."""
-    column = dataset.data.column("input_ids") if hasattr(dataset, "data") else None
-    if column is not None:
+    """Tokens of every example (`input_ids`), read from the Arrow column without decoding the rows (through the
+    dataset's indices: a `select`ed dataset's `.data` is still the whole table)."""
+    if isinstance(dataset, datasets.Dataset):
+        column = dataset.select_columns(["input_ids"]).with_format("arrow")[:]["input_ids"]
         return pc.list_value_length(column).to_pylist()
     return [len(example["input_ids"]) for example in dataset]
 
