@@ -260,3 +260,17 @@ def test_example_lengths_read_through_a_selection():
     data = datasets.Dataset.from_dict({"input_ids": [[1] * n for n in range(1, 9)]})
     assert example_lengths(data.select([7, 0, 3])) == [8, 1, 4]
     assert example_lengths([{"input_ids": [1, 2]}]) == [2]
+
+
+@pytest.mark.parametrize("variant", ["bert", "electra"])
+def test_fixed_shape_step_has_no_host_sync(setups, variant):
+    from hf_bertology.testing import HostSyncs
+
+    recipe = setups[variant][0]
+    _, fixed = next(_first_steps(setups[variant], 1))
+    torch.manual_seed(0)
+    model = set_attention(recipe.build_model(), PACKED_ATTENTION).train()
+    counts = _counts(fixed)
+    with HostSyncs() as syncs:
+        model(**fixed, num_items_in_batch=counts).loss.backward()
+    assert syncs.count == 0, syncs.by_site()
