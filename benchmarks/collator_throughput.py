@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import statistics
 import time
 from pathlib import Path
@@ -33,8 +34,9 @@ DEFAULT = "bert-base,roberta-base,spanbert-base,albert-base,electra-small,xlnet-
 
 
 def documents(path: Path, limit: int) -> list[str]:
+    """WikiText articles (split at their ` = Title = ` lines) or blank-line separated documents."""
     text = path.read_text(encoding="utf-8")
-    docs = [d.replace("\n", " ").strip() for d in text.split("\n = ") if len(d.strip()) > 200]
+    docs = [d.replace("\n", " ").strip() for d in re.split(r"\n = |\n\s*\n", text) if len(d.strip()) > 200]
     return docs[:limit]
 
 
