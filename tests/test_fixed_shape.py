@@ -236,7 +236,7 @@ def test_pretrain_with_fixed_shape_batches(tmp_path, corpus_file):
 
     from hf_bertology.training.pretrain import main
 
-    seen = {}
+    seen = {"orders": []}
 
     class Shapes(TrainerCallback):
         def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
@@ -245,10 +245,19 @@ def test_pretrain_with_fixed_shape_batches(tmp_path, corpus_file):
                 shapes.add(tuple((k, tuple(v.shape)) for k, v in sorted(batch.items()) if torch.is_tensor(v)))
             seen["shapes"], seen["steps"] = shapes, len(train_dataloader)
 
+        def on_step_end(self, args, state, control, train_dataloader=None, **kwargs):
+            if state.global_step in (1, seen["steps"] + 1):  # the first step of each epoch: the epoch's plan
+                sampler = train_dataloader.batch_sampler
+                while not isinstance(sampler, TokenBudgetBatchSampler):
+                    sampler = sampler.batch_sampler
+                seen["orders"].append((sampler.epoch, sampler._plan()[0]))
+
     argv = ["--recipe", "electra-tiny", "--train_file", str(corpus_file), "--output_dir", str(tmp_path / "run")]
-    flags = ["--vocab_size", "300", "--max_steps", "3", "--per_device_train_batch_size", "4", "--logging_steps", "1"]
+    flags = ["--vocab_size", "300", "--num_train_epochs", "2", "--per_device_train_batch_size", "16"]
     metrics = main([*argv, *flags, "--disable_tqdm", "true", "--fixed_shape_batches", "true"], callbacks=[Shapes()])
-    assert len(seen["shapes"]) == 1 and seen["steps"] > 3, seen
+    assert len(seen["shapes"]) == 1 and seen["steps"] >= 2, seen
+    (epoch0, order0), (epoch1, order1) = seen["orders"]
+    assert (epoch0, epoch1) == (0, 1) and order0 != order1  # a new order each epoch
     assert torch.isfinite(torch.tensor(metrics["train_loss"]))
 
 
