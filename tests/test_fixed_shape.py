@@ -283,3 +283,28 @@ def test_fixed_shape_step_has_no_host_sync(setups, variant):
     with HostSyncs() as syncs:
         model(**fixed, num_items_in_batch=counts).loss.backward()
     assert syncs.count == 0, syncs.by_site()
+
+
+def test_pretrain_compiled_fixed_shape_compiles_once(tmp_path, corpus_file):
+    """Through the Trainer with `--torch_compile` (dynamo with the eager backend: guards and graphs, no code
+    generation, so it is fast on CPU) the steps after the first trace nothing new: the static graph holds."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+    from transformers import TrainerCallback
+
+    from hf_bertology.training.pretrain import main
+
+    graphs = []
+
+    class Graphs(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            graphs.append(counters["stats"]["unique_graphs"])
+
+    torch._dynamo.reset()
+    counters.clear()
+    argv = ["--recipe", "bert-tiny", "--train_file", str(corpus_file), "--output_dir", str(tmp_path / "run")]
+    flags = ["--vocab_size", "300", "--max_steps", "5", "--per_device_train_batch_size", "8", "--disable_tqdm", "true"]
+    compile_flags = ["--torch_compile", "true", "--torch_compile_backend", "eager", "--fixed_shape_batches", "true"]
+    main([*argv, *flags, *compile_flags], callbacks=[Graphs()])
+    torch._dynamo.reset()
+    assert len(graphs) == 5 and graphs[0] >= 1 and graphs[-1] == graphs[0], graphs

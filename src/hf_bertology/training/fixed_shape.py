@@ -61,7 +61,11 @@ def use_fixed_shape(trainer, max_seq_length: int, rows_per_example_length: int =
     args = trainer.args
     lengths = example_lengths(trainer.train_dataset)
     budget = TokenBudget.for_lengths(
-        lengths, args.per_device_train_batch_size, max_seq_length, rows_per_example_length=rows_per_example_length
+        lengths,
+        args.per_device_train_batch_size,
+        max_seq_length,
+        rows_per_example_length=rows_per_example_length,
+        target_fraction=getattr(collator, "mlm_probability", 0.15),  # the recipe's masking rate sizes the targets
     )
     trainer.data_collator = FixedShapeCollator(collator.collator, budget)
     seed = args.data_seed if args.data_seed is not None else args.seed
