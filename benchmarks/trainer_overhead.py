@@ -5,7 +5,7 @@ BERT, batch 8 x 32, fused AdamW) that the model's compute is negligible and the 
     python benchmarks/trainer_overhead.py [--recipe bert-tiny] [--steps 60] [--repeats 3] [--text FILE]
 
 All three run in this process, one after the other, `--repeats` times (interleaved, so machine load hits each
-alike); each run's time per step is the mean of its step intervals after `--warmup` steps (the Trainer's own
+alike); each run's time per step is the median of its step intervals after `--warmup` steps (the Trainer's own
 set-up is not counted); the ratios are of the medians over the repeats. Every run does the same work per step:
 collate (the same collator, in the main process), forward, backward, clip the gradient norm to 1, fused AdamW, a
 linear schedule. The plain Trainer gets the arguments a user of plain transformers would pass (`optim`,
@@ -40,8 +40,10 @@ class StepTimes(TrainerCallback):
 
 
 def per_step(times: list[float], warmup: int) -> float:
+    """The median step interval after `warmup` steps: a step stalled by another process on a shared machine does
+    not move it (a logging step, one in 50, does not either; at these shapes logging is cheap)."""
     times = times[warmup:]
-    return (times[-1] - times[0]) / (len(times) - 1)
+    return statistics.median(b - a for a, b in zip(times, times[1:]))
 
 
 def build(args, output_dir: str):
@@ -68,7 +70,7 @@ def build(args, output_dir: str):
         corpus, eval_corpus, tokenizer, recipe, max_seq_length, data_args, training_args
     )
     trainer, _ = pretrain.build_trainer(recipe, model, tokenizer, collator, train, None, training_args)
-    if data_args.fixed_shape_batches:
+    if getattr(data_args, "fixed_shape_batches", False):  # (absent before issue 28: compare with older code)
         from hf_bertology.training.fixed_shape import use_fixed_shape
 
         use_fixed_shape(trainer, max_seq_length)
