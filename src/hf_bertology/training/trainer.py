@@ -289,6 +289,11 @@ class BertologyTrainer(Trainer):
         finally:
             self.data_collator = collator
 
+    def _get_train_sampler(self, train_dataset=None):
+        # a batch sampler set by `training.fixed_shape.use_fixed_shape` (fixed-shape token-budget steps)
+        sampler = getattr(self, "train_batch_sampler", None)
+        return sampler if sampler is not None else super()._get_train_sampler(train_dataset)
+
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         batch_samples, num_items = super().get_batch_samples(epoch_iterator, num_batches, device)
         self._batches_trained += len(batch_samples)
@@ -398,6 +403,18 @@ class BertologyTrainer(Trainer):
         if pending is not None:
             self.state.num_input_tokens_seen += int(self.accelerator.gather(pending.reshape(1).long()).sum())
         return self.state.num_input_tokens_seen
+
+    # -- 8. host time per step ---------------------------------------------------------------------------------
+    def floating_point_ops(self, inputs) -> int:
+        """The stock count (6 x tokens x non-embedding parameters), with the parameter count read once: the stock
+        method walks every parameter at every micro-batch (`num_parameters`), 5% of a tiny model's step on CPU
+        (benchmarks/trainer_overhead.py)."""
+        main_input = getattr(self.model, "main_input_name", "input_ids")
+        if main_input not in inputs or not hasattr(self.model, "num_parameters"):
+            return 0
+        if getattr(self, "_flop_parameters", None) is None:
+            self._flop_parameters = self.model.num_parameters(exclude_embeddings=True)
+        return 6 * inputs[main_input].numel() * self._flop_parameters
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         self.sync_tokens_seen()

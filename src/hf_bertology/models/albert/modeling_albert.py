@@ -137,13 +137,15 @@ class BertologyAlbertForPreTraining(AlbertPreTrainedModel):
             n_tokens = predicted.sum()
             mlm_sum = F.cross_entropy(prediction_logits.float(), targets, reduction="sum")
             mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", n_tokens, n_tokens)
-            mlm_accuracy = (prediction_logits.argmax(-1) == targets).float().mean()  # none: NaN, which logs skip
+            mlm_accuracy = (prediction_logits.argmax(-1) == targets).sum() / n_tokens  # none: NaN, which logs skip
             loss = mlm_loss
             if sentence_order_label is not None:
                 n_seq = torch.full((), sentence_order_label.numel(), device=labels.device)
                 sop_sum = F.cross_entropy(sop_logits.float(), sentence_order_label.view(-1), reduction="sum")
                 sop_loss = sop_sum / _denominator(num_items_in_batch, "sentence_order_label", n_seq, n_tokens)
-                sop_accuracy = (sop_logits.argmax(-1) == sentence_order_label.view(-1)).float().mean()
+                sop_accuracy = (
+                    sop_logits.argmax(-1) == sentence_order_label.view(-1)
+                ).sum() / sentence_order_label.view(-1).ne(-100).sum()
                 loss = loss + sop_loss
 
         return BertologyAlbertForPreTrainingOutput(

@@ -142,13 +142,15 @@ class BertologyBertForPreTraining(BertPreTrainedModel):
             n_tokens = predicted.sum()
             mlm_sum = F.cross_entropy(prediction_logits.float(), targets, reduction="sum")
             mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", n_tokens, n_tokens)
-            mlm_accuracy = (prediction_logits.argmax(-1) == targets).float().mean()
+            mlm_accuracy = (prediction_logits.argmax(-1) == targets).sum() / n_tokens
             loss = mlm_loss
             if next_sentence_label is not None:
                 n_seq = torch.full((), next_sentence_label.numel(), device=labels.device)
                 nsp_sum = F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1), reduction="sum")
                 nsp_loss = nsp_sum / _denominator(num_items_in_batch, "next_sentence_label", n_seq, n_tokens)
-                nsp_accuracy = (nsp_logits.argmax(-1) == next_sentence_label.view(-1)).float().mean()
+                nsp_accuracy = (
+                    nsp_logits.argmax(-1) == next_sentence_label.view(-1)
+                ).sum() / next_sentence_label.view(-1).ne(-100).sum()
                 loss = loss + nsp_loss
 
         return BertologyBertForPreTrainingOutput(

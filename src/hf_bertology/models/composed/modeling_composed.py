@@ -412,7 +412,7 @@ class ComposedForPreTraining:
             out.mlm_loss = F.cross_entropy(out.logits.float(), targets, reduction="sum") / _denominator(
                 num_items_in_batch, "labels", n_masked, n_masked
             )
-            out.mlm_accuracy = (out.logits.argmax(-1) == targets).float().mean()
+            out.mlm_accuracy = (out.logits.argmax(-1) == targets).sum() / n_masked
             losses.append(out.mlm_loss)
         task = self.config.sentence_task
         sentence_labels = next_sentence_label if task == "nsp" else sentence_order_label
@@ -426,7 +426,9 @@ class ComposedForPreTraining:
                 num_items_in_batch, SENTENCE_LABELS[task], n_examples, n_masked
             )
             setattr(out, f"{task}_loss", loss)
-            setattr(out, f"{task}_accuracy", (logits.argmax(-1) == sentence_labels).float().mean())
+            setattr(
+                out, f"{task}_accuracy", (logits.argmax(-1) == sentence_labels).sum() / sentence_labels.ne(-100).sum()
+            )
             losses.append(loss)
         if self.config.span_boundary_objective and sbo_labels is not None:
             has_target = sbo_labels.ne(-100)  # (B, T)
@@ -442,7 +444,7 @@ class ComposedForPreTraining:
             out.sbo_loss = F.cross_entropy(sbo_logits.float(), sbo_targets, reduction="sum") / _denominator(
                 num_items_in_batch, "sbo_labels", n_sbo, n_masked
             )
-            out.sbo_accuracy = (sbo_logits.argmax(-1) == sbo_targets).float().mean()
+            out.sbo_accuracy = (sbo_logits.argmax(-1) == sbo_targets).sum() / n_sbo
             losses.append(self.config.sbo_loss_weight * out.sbo_loss)
         out.loss = sum(losses) if losses else None
         return out
@@ -525,7 +527,7 @@ class ComposedForPreTraining:
             loss=config.generator_weight * mlm_loss + config.discriminator_weight * rtd_loss,
             mlm_loss=mlm_loss,
             rtd_loss=rtd_loss,
-            mlm_accuracy=(prediction_logits.argmax(-1) == targets).float().mean(),
+            mlm_accuracy=(prediction_logits.argmax(-1) == targets).sum() / n_chosen,
             rtd_accuracy=((predicted == rtd_labels) & real).sum() / n_real,
             replaced_fraction=rtd_labels.sum() / n_real,
             logits=prediction_logits,

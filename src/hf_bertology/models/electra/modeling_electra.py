@@ -252,10 +252,13 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
         cu_seq_lens_q (in `kwargs`): a padding-free batch (`hf_bertology.collators.flatten`); the generator and the
             discriminator both run on the flat row.
         """
+        # the real tokens (RTD's weights), read before a packed batch drops the mask: a fixed-shape batch
+        # (`collators.fixed_shape`) has filler slots that are not real
+        real_mask = attention_mask
         if kwargs.get("cu_seq_lens_q") is not None:
             if self.config._attn_implementation not in PACKED_IMPLEMENTATIONS:
                 raise ValueError(f"a padding-free batch needs attn_implementation in {PACKED_IMPLEMENTATIONS}")
-            attention_mask = None  # every token is real; the boundaries keep examples apart
+            attention_mask = None  # the boundaries keep examples apart
         if labels is None:
             outputs = self.electra(
                 input_ids,
@@ -273,7 +276,7 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
         at = chosen.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
         targets = labels.flatten().index_select(0, at)
         n_chosen = chosen.sum()
-        real = attention_mask.bool() if attention_mask is not None else torch.ones_like(chosen)
+        real = real_mask.bool() if real_mask is not None else torch.ones_like(chosen)
         n_real = real.sum()
 
         # -- generator: masked LM on the chosen positions only ---------------------------------------------------
@@ -291,7 +294,7 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
             prediction_logits = self.generator.generator_lm_head(gen_hidden)  # (M, V)
         mlm_sum = F.cross_entropy(prediction_logits.float(), targets, reduction="sum")
         mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", n_chosen, n_chosen)
-        mlm_accuracy = (prediction_logits.argmax(-1) == targets).float().mean()
+        mlm_accuracy = (prediction_logits.argmax(-1) == targets).sum() / n_chosen
         if self.training_stage == "generator":
             return BertologyElectraForPreTrainingOutput(
                 loss=mlm_loss, mlm_loss=mlm_loss, mlm_accuracy=mlm_accuracy, prediction_logits=prediction_logits

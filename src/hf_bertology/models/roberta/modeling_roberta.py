@@ -109,7 +109,7 @@ class BertologyRobertaForPreTraining(RobertaPreTrainedModel):
                 num_items_in_batch = num_items_in_batch.get("labels")
             denominator = predicted.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
             loss = F.cross_entropy(logits.float(), targets, reduction="sum") / denominator
-            mlm_accuracy = (logits.argmax(-1) == targets).float().mean()
+            mlm_accuracy = (logits.argmax(-1) == targets).sum() / targets.ne(-100).sum()
 
         return BertologyRobertaForPreTrainingOutput(
             loss=loss,

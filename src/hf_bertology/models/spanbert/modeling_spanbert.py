@@ -185,7 +185,7 @@ class BertologySpanBertForPreTraining(BertPreTrainedModel):
             logits = self.cls(states)  # (M, V): sparse prediction
             mlm_sum = F.cross_entropy(logits.float(), targets, reduction="sum")
             mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", predicted.sum())
-            mlm_accuracy = (logits.argmax(-1) == targets).float().mean()
+            mlm_accuracy = (logits.argmax(-1) == targets).sum() / targets.ne(-100).sum()
             loss = mlm_loss
         if sbo_labels is not None:
             if sbo_boundaries is None or sbo_relative_positions is None:
@@ -201,7 +201,7 @@ class BertologySpanBertForPreTraining(BertPreTrainedModel):
             sbo_sum = F.cross_entropy(sbo_logits.float(), sbo_targets, reduction="sum")
             n_sbo = has_target.sum()
             sbo_loss = sbo_sum / _denominator(num_items_in_batch, "sbo_labels", n_sbo)
-            sbo_accuracy = (sbo_logits.argmax(-1) == sbo_targets).float().mean()
+            sbo_accuracy = (sbo_logits.argmax(-1) == sbo_targets).sum() / n_sbo
             weighted = self.config.sbo_loss_weight * sbo_loss
             loss = weighted if loss is None else loss + weighted
 
