@@ -106,7 +106,6 @@ def run(model, batch: dict) -> tuple[object, dict]:
 
 def references(model, batch: dict, output, seen: dict) -> dict[str, torch.Tensor]:
     """Each component loss and the total, from logits and labels only."""
-    config = model.config
     labels = batch["labels"]
     chosen = labels.ne(-100)
     ref: dict[str, torch.Tensor] = {}

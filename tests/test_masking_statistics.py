@@ -176,7 +176,7 @@ def test_random_replacements_are_uniform_over_the_non_special_vocabulary(recipe_
     collator.mask_replace_prob, collator.random_replace_prob = 0.0, 1.0
     encoded = [tokenizer(text, truncation=True, max_length=64)["input_ids"] for text in texts]
     counts = torch.zeros(len(tokenizer), dtype=torch.long)
-    for repeat in range(10):
+    for _ in range(10):
         batch = collator([{"input_ids": ids} for ids in encoded])
         chosen = batch["labels"].ne(-100)
         counts += torch.bincount(batch["input_ids"][chosen], minlength=len(tokenizer))
