@@ -12,7 +12,7 @@ Each mutant runs in its own temporary copy of the working tree (tracked and untr
 link to the real `../shared` (the tests' data fixture finds it as it would from the checkout).
 
     python mutants/run.py                 # every mutant, 2 at a time, writes mutants/last_result.md
-    python mutants/run.py -k electra      # the mutants whose id contains "electra"
+    python mutants/run.py -k electra      # the mutants whose id contains "electra" (their rows of the result only)
     python mutants/run.py --baseline      # first check that every named test passes on the unmutated copy
 """
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import json
 import os
 import shutil
 import subprocess
@@ -34,6 +35,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 LIST = REPO / "mutants" / "mutants.yaml"
 RESULT = REPO / "mutants" / "last_result.md"
+RECORD = REPO / "mutants" / "last_result.json"  # per mutant: its last status (a `-k` run updates its own rows)
 MAX_JOBS = 2  # the CI machine has 2 cores; more jobs only contend
 
 
@@ -144,19 +146,33 @@ def check(mutant: Mutant, repo: Path, files: list[str], timeout: float, baseline
         shutil.rmtree(root.parent, ignore_errors=True)
 
 
-def report(mutants: list[Mutant], elapsed: float) -> str:
-    caught = sum(m.status == "caught" for m in mutants)
+def record(ran: list[Mutant]) -> dict[str, dict]:
+    """The stored statuses, updated with the mutants that just ran; entries no longer in the list are dropped."""
+    known = {m.id for m in load()}
+    stored = json.loads(RECORD.read_text()) if RECORD.is_file() else {}
+    now = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    stored.update({m.id: {"status": m.status, "seconds": round(m.seconds), "when": now} for m in ran})
+    return {key: value for key, value in stored.items() if key in known}
+
+
+def report(stored: dict[str, dict]) -> str:
+    mutants = load()
+    statuses = {m.id: stored.get(m.id, {}).get("status", "not run") for m in mutants}
+    caught = sum(status == "caught" for status in statuses.values())
     lines = [
         "# Mutation check: last result",
         "",
-        f"**{caught}/{len(mutants)} caught** ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-        f"{elapsed / 60:.1f} min, `python mutants/run.py`, {MAX_JOBS} at a time).",
+        f"**{caught}/{len(mutants)} caught** (`python mutants/run.py`, {MAX_JOBS} at a time; each mutant's last run).",
         "",
-        "| mutant | file | status | seconds | tests |",
-        "|---|---|---|---|---|",
+        "| mutant | file | status | seconds | when | tests |",
+        "|---|---|---|---|---|---|",
     ]
     for m in mutants:
-        lines.append(f"| {m.id} | `{m.file}` | {m.status} | {m.seconds:.0f} | {' '.join(m.tests)} |")
+        entry = stored.get(m.id, {})
+        lines.append(
+            f"| {m.id} | `{m.file}` | {statuses[m.id]} | {entry.get('seconds', '')} | {entry.get('when', '')} "
+            f"| {' '.join(m.tests)} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -182,8 +198,11 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.monotonic() - start
     bad = [m for m in mutants if m.status not in ("caught", "passes")]
     print(f"{len(mutants) - len(bad)}/{len(mutants)} {'pass' if args.baseline else 'caught'}")
-    if not args.baseline and not args.select and not args.no_write:
-        RESULT.write_text(report(mutants, elapsed), encoding="utf-8")
+    print(f"{elapsed / 60:.1f} min")
+    if not args.baseline and not args.no_write:
+        stored = record(mutants)
+        RECORD.write_text(json.dumps(stored, indent=1) + "\n", encoding="utf-8")
+        RESULT.write_text(report(stored), encoding="utf-8")
     return 1 if bad else 0
 
 
