@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 from platform_support import REPO
 
 _spec = importlib.util.spec_from_file_location("mutants_run", REPO / "mutants" / "run.py")
-mutants = importlib.util.module_from_spec(_spec)
+mutants = sys.modules["mutants_run"] = importlib.util.module_from_spec(_spec)  # dataclasses look it up
 _spec.loader.exec_module(mutants)
 
 
