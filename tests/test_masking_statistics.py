@@ -152,6 +152,11 @@ def test_masked_runs_match_the_official_procedure(scheme, reference):
             real = len(row["input_ids"])
             masked = row_labels[:real].ne(-100).tolist()
             assert not masked[0] and not masked[-1]  # [CLS] and [SEP] never
+            starts = row["word_starts"]
+            edges = [i for i in range(1, real) if masked[i] != masked[i - 1]]  # run starts and run ends
+            assert all(starts[i] for i in edges if masked[i]), "a run starts inside a word"
+            if scheme == "albert":  # whole words only (SpanBERT's last span may stop inside a word)
+                assert all(starts[i] for i in edges if not masked[i]), "a run ends inside a word"
             ours += _word_runs(masked, row["word_starts"])
             theirs += _word_runs(reference(row, rng), row["word_starts"])
     table = np.stack([_counts(ours), _counts(theirs)])
