@@ -76,8 +76,13 @@ def nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 def run(model, batch: dict) -> tuple[object, dict]:
     """The model's output on `batch`, with what the references need that the output does not carry: the
-    generator's samples, the sentence classifier's and the SBO head's logits (forward hooks)."""
+    generator's samples, the sentence classifier's and the SBO head's logits (forward hooks).
+
+    An untrained generator over 300 tokens almost never samples the original token, so "replaced" would equal
+    "chosen" and a model labelling every chosen token replaced would pass: every other sample is set to the
+    original token here (the model uses what `gumbel_sample` returns)."""
     seen: dict = {}
+    targets = batch["labels"][batch["labels"].ne(-100)]  # (M,) in the row-major order the models sample in
     module = sys.modules[type(model).__module__]
     original = getattr(module, "gumbel_sample", None)
     hooks = []
@@ -88,8 +93,10 @@ def run(model, batch: dict) -> tuple[object, dict]:
             )
 
     def recording(*args, **kwargs):
-        seen["sampled"] = original(*args, **kwargs)
-        return seen["sampled"]
+        sampled = original(*args, **kwargs)
+        sampled[::2] = targets[::2]
+        seen["sampled"] = sampled
+        return sampled
 
     try:
         if original is not None:
@@ -118,6 +125,7 @@ def references(model, batch: dict, output, seen: dict) -> dict[str, torch.Tensor
         replaced = original.clone()
         replaced[chosen] = seen["sampled"]
         is_replaced = (replaced != original).double()
+        assert 0 < is_replaced[chosen].mean() < 1  # both kinds among the chosen tokens
         logits = output.rtd_logits.double()
         ref["rtd_loss"] = F.binary_cross_entropy_with_logits(logits[real], is_replaced[real])
         if getattr(output, "replaced_input_ids", None) is not None:
