@@ -178,13 +178,19 @@ def report(stored: dict[str, dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("-k", dest="select", default="", help="run only the mutants whose id contains this")
+    parser.add_argument(
+        "-k",
+        dest="select",
+        action="append",
+        default=[],
+        help="run only the mutants whose id contains this (repeatable)",
+    )
     parser.add_argument("--jobs", type=int, default=MAX_JOBS, help=f"mutants run at once (at most {MAX_JOBS})")
     parser.add_argument("--timeout", type=float, default=600, help="seconds before a mutant's tests are stopped")
     parser.add_argument("--baseline", action="store_true", help="run the tests on the unmutated copy instead")
     parser.add_argument("--no-write", action="store_true", help=f"do not write {RESULT.relative_to(REPO)}")
     args = parser.parse_args(argv)
-    mutants = [m for m in load() if args.select in m.id]
+    mutants = [m for m in load() if not args.select or any(text in m.id for text in args.select)]
     files = working_files(REPO)
     start = time.monotonic()
     jobs = max(1, min(args.jobs, MAX_JOBS))
