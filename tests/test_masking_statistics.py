@@ -144,6 +144,7 @@ def test_masked_runs_match_the_official_procedure(scheme, reference):
         overrides.update(span_distribution="ngram", span_upper=3, replacement_level="token")
     collator = DataCollatorForSpanMasking(tokenizer=_Tokenizer(), **overrides)
     ours, theirs = [], []
+    pieces = np.zeros((2, 3), dtype=np.int64)  # masked words by their number of tokens (1, 2, 3): ours, official
     rng = random.Random(1)
     for first in range(0, len(rows), 50):
         chunk = rows[first : first + 50]
@@ -157,13 +158,19 @@ def test_masked_runs_match_the_official_procedure(scheme, reference):
             assert all(starts[i] for i in edges if masked[i]), "a run starts inside a word"
             if scheme == "albert":  # whole words only (SpanBERT's last span may stop inside a word)
                 assert all(starts[i] for i in edges if not masked[i]), "a run ends inside a word"
+            official = reference(row, rng)
             ours += _word_runs(masked, row["word_starts"])
-            theirs += _word_runs(reference(row, rng), row["word_starts"])
+            theirs += _word_runs(official, row["word_starts"])
+            for side, mask in enumerate((masked, official)):
+                for word in _words(starts):
+                    pieces[side, len(word) - 1] += mask[word[0]]
     table = np.stack([_counts(ours), _counts(theirs)])
     table = table[:, table.sum(0) > 0]
     p_value = stats.chi2_contingency(table).pvalue
     assert p_value > 1e-3, (p_value, table)
     assert np.mean(ours) == pytest.approx(np.mean(theirs), rel=0.05)
+    # which words: SpanBERT's anchors are uniform over tokens (long words favoured), ALBERT's over words
+    assert stats.chi2_contingency(pieces).pvalue > 1e-3, pieces
     if scheme == "spanbert":  # geometric(0.2) on 1..10 words: mean 3.8 drawn; merges lengthen, cuts shorten
         assert 3.3 < np.mean(ours) < 4.6, np.mean(ours)
     else:  # 1/n on 1..3: 6/11, 3/11, 2/11 drawn; abutting n-grams merge into longer runs
