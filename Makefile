@@ -41,7 +41,7 @@ test-gpu: $(STAMP)
 	$(PY) -m pytest -q -m cuda tests
 
 # One-line mutations of the core (mutants/mutants.yaml), each run against the fast tests that must catch it;
-# ~20 min on 2 cores, so outside `make test`. Writes mutants/last_result.md.
+# ~8 min on 2 idle cores, so outside `make test`. Writes mutants/last_result.md.
 mutants: $(STAMP)
 	$(PY) mutants/run.py
 
