@@ -21,7 +21,7 @@ TASK ?= sst2
 DATA_DIR ?= ../shared/data/glue/SST-2
 GLUE_OUTPUT_DIR ?= runs/glue-$(TASK)
 
-.PHONY: install test test-slow test-gpu pretrain glue bench style quality clean
+.PHONY: install test test-slow test-gpu mutants pretrain glue bench style quality clean
 
 $(PY):
 	$(PYTHON) -m venv --system-site-packages $(VENV)
@@ -42,6 +42,11 @@ test-slow: $(STAMP)
 
 test-gpu: $(STAMP)
 	$(PY) -m pytest -q -m cuda tests
+
+# One-line mutations of the core (mutants/mutants.yaml), each run against the fast tests that must catch it;
+# ~8 min on 2 idle cores, so outside `make test`. Writes mutants/last_result.md.
+mutants: $(STAMP)
+	$(PY) mutants/run.py
 
 pretrain: $(STAMP)
 	$(PY) -m hf_bertology pretrain --recipe $(RECIPE) --output_dir $(OUTPUT_DIR) --max_steps $(MAX_STEPS) \

@@ -158,9 +158,29 @@ def _layer_norm_eps(config) -> float:
     return getattr(config, "layer_norm_eps", None) or getattr(config, "norm_eps", 1e-12)
 
 
-def gumbel_sample(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+def keyed_uniform(keys: torch.Tensor, size: int) -> torch.Tensor:
+    """`(M, size)` float32 uniforms in [0, 1): entry (m, v) a hash of `keys[m]` (int64) and v (SplitMix64 on a
+    counter, as hf_bertology's collators draw their masks), so the noise of an example's token does not depend on
+    the process, the batch or the random state; 24 random bits, exact in float32."""
+    golden, mix1, mix2 = -7046029254386353131, -4658895280553007687, -7723592293110705685  # SplitMix64's, signed
+
+    def shift(x: torch.Tensor, bits: int) -> torch.Tensor:  # logical right shift of int64 (`>>` keeps the sign)
+        return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+    x = keys[:, None] + torch.arange(1, size + 1, device=keys.device) * golden  # (M, size), wrapping int64
+    x = (x ^ shift(x, 30)) * mix1
+    x = (x ^ shift(x, 27)) * mix2
+    return shift(x ^ shift(x, 31), 40).float() * 2.0**-24
+
+
+def gumbel_sample(logits: torch.Tensor, temperature: float = 1.0, keys: torch.Tensor | None = None) -> torch.Tensor:
     """Token ids drawn from `softmax(logits / temperature)` by Gumbel-max, in fp32 (half-precision noise is biased)."""
-    noise = torch.rand(logits.shape, device=logits.device, dtype=torch.float32)
+    if keys is None:
+        noise = torch.rand(logits.shape, device=logits.device, dtype=torch.float32)
+    elif len(keys):  # in blocks of rows: the int64 hash of a whole (M, vocab) block would take 2x the noise's memory
+        noise = torch.cat([keyed_uniform(block, logits.shape[-1]) for block in keys.split(1024)])
+    else:
+        noise = torch.zeros(logits.shape, device=logits.device, dtype=torch.float32)
     noise.add_(1e-9).log_().neg_().add_(1e-9).log_().neg_()  # Gumbel(0, 1) = -log(-log(U))
     if temperature != 1.0:
         noise.mul_(temperature)
@@ -391,10 +411,11 @@ class ComposedForPreTraining:
             on the host by our collators, so that the sparse heads gather them with no host sync.
         cu_seq_lens_q (in `kwargs`): a padding-free batch (`hf_bertology.collators.flatten`).
         """
+        sample_keys = kwargs.pop("sample_keys", None)  # RTD: the collator's per-token noise keys (`keyed_uniform`)
         inputs = self._backbone_inputs(attention_mask, token_type_ids, position_ids, kwargs)
         if self.rtd:
             return self._replaced_token_detection(
-                input_ids, attention_mask, labels, target_positions, inputs, num_items_in_batch
+                input_ids, attention_mask, labels, target_positions, inputs, num_items_in_batch, sample_keys
             )
         outputs = self.base_model(input_ids, **inputs)
         states = outputs.last_hidden_state  # (B, T, H)
@@ -485,7 +506,7 @@ class ComposedForPreTraining:
         return self.mask_predictions(hidden_states, first)
 
     def _replaced_token_detection(
-        self, input_ids, attention_mask, labels, target_positions, inputs, num_items_in_batch
+        self, input_ids, attention_mask, labels, target_positions, inputs, num_items_in_batch, sample_keys=None
     ):
         """ELECTRA's step (see `models/electra`): generator MLM on the chosen positions, a Gumbel sample at every
         one of them, the discriminator's BCE over every real token; `loss = w_G * mlm + w_D * rtd`."""
@@ -510,7 +531,8 @@ class ComposedForPreTraining:
             sample_logits = prediction_logits.detach().float()
             if config.disallow_correct:
                 sample_logits[torch.arange(len(targets), device=targets.device), targets] = -1e9
-            sampled = gumbel_sample(sample_logits, config.sampling_temperature)  # (M,)
+            keys = None if sample_keys is None else sample_keys.flatten().index_select(0, at)
+            sampled = gumbel_sample(sample_logits, config.sampling_temperature, keys)  # (M,)
             original_ids = torch.where(chosen, labels, input_ids)
             replaced_input_ids = original_ids.flatten().index_copy(0, at, sampled).view_as(original_ids)
             rtd_labels = (replaced_input_ids != original_ids) & real  # (B, T)

@@ -122,13 +122,33 @@ def _denominator(num_items_in_batch, key: str, local_count: torch.Tensor, local_
     return local_count * num_items_in_batch / local_tokens.clamp(min=1)
 
 
-def gumbel_sample(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+def keyed_uniform(keys: torch.Tensor, size: int) -> torch.Tensor:
+    """`(M, size)` float32 uniforms in [0, 1): entry (m, v) a hash of `keys[m]` (int64) and v (SplitMix64 on a
+    counter, as hf_bertology's collators draw their masks), so the noise of an example's token does not depend on
+    the process, the batch or the random state; 24 random bits, exact in float32."""
+    golden, mix1, mix2 = -7046029254386353131, -4658895280553007687, -7723592293110705685  # SplitMix64's, signed
+
+    def shift(x: torch.Tensor, bits: int) -> torch.Tensor:  # logical right shift of int64 (`>>` keeps the sign)
+        return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+    x = keys[:, None] + torch.arange(1, size + 1, device=keys.device) * golden  # (M, size), wrapping int64
+    x = (x ^ shift(x, 30)) * mix1
+    x = (x ^ shift(x, 27)) * mix2
+    return shift(x ^ shift(x, 31), 40).float() * 2.0**-24
+
+
+def gumbel_sample(logits: torch.Tensor, temperature: float = 1.0, keys: torch.Tensor | None = None) -> torch.Tensor:
     """Token ids drawn from `softmax(logits / temperature)` by Gumbel-max, in fp32 (`sample_from_softmax`).
 
     fp32 because Gumbel noise in half precision is biased (pytorch #41663); the 1e-9 keep `log` finite, as in the
     official code. `argmax(l / T + g) == argmax(l + T * g)`; the noise is built in place (it is (M, vocab) large).
     """
-    noise = torch.rand(logits.shape, device=logits.device, dtype=torch.float32)
+    if keys is None:
+        noise = torch.rand(logits.shape, device=logits.device, dtype=torch.float32)
+    elif len(keys):  # in blocks of rows: the int64 hash of a whole (M, vocab) block would take 2x the noise's memory
+        noise = torch.cat([keyed_uniform(block, logits.shape[-1]) for block in keys.split(1024)])
+    else:
+        noise = torch.zeros(logits.shape, device=logits.device, dtype=torch.float32)
     noise.add_(1e-9).log_().neg_().add_(1e-9).log_().neg_()  # Gumbel(0, 1) = -log(-log(U))
     if temperature != 1.0:
         noise.mul_(temperature)
@@ -240,6 +260,7 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
         position_ids: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         target_positions: torch.Tensor | None = None,
+        sample_keys: torch.Tensor | None = None,
         num_items_in_batch: Mapping | torch.Tensor | int | None = None,
         **kwargs,
     ) -> BertologyElectraForPreTrainingOutput:
@@ -249,6 +270,8 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
             only the discriminator runs, on `input_ids` (as `ElectraForPreTraining`).
         target_positions (`(M,)`): flat indices of the chosen tokens (`labels.flatten().ne(-100).nonzero()`),
             computed on the host by our collators: the generator's head then gathers them with no host sync.
+        sample_keys (`(batch, seq_len)` int64): the collator's per-token keys of the sampling noise
+            (`keyed_uniform`); without them the noise comes from torch's random state.
         cu_seq_lens_q (in `kwargs`): a padding-free batch (`hf_bertology.collators.flatten`); the generator and the
             discriminator both run on the flat row.
         """
@@ -305,7 +328,8 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
             sample_logits = prediction_logits.detach().float()
             if config.disallow_correct:
                 sample_logits[torch.arange(len(targets), device=targets.device), targets] = -1e9
-            sampled = gumbel_sample(sample_logits, config.sampling_temperature)  # (M,)
+            keys = None if sample_keys is None else sample_keys.flatten().index_select(0, at)
+            sampled = gumbel_sample(sample_logits, config.sampling_temperature, keys)  # (M,)
             original_ids = torch.where(chosen, labels, input_ids)
             replaced_input_ids = original_ids.flatten().index_copy(0, at, sampled).view_as(original_ids)
             rtd_labels = (replaced_input_ids != original_ids) & real  # (B, T)
