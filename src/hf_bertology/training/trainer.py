@@ -121,11 +121,14 @@ class ExampleIds(torch.utils.data.Dataset):
         return [{EXAMPLE_ID: int(i), **row} for i, row in zip(indices, rows)]
 
 
-def stream_position(example: dict, index: int) -> dict:
+def stream_position(example: dict, index: int, rank: int = 0, world_size: int = 1) -> dict:
     """A streamed example's id: its position in this epoch's stream. A DataLoader worker reads its own shards and
-    counts from 0, so the position is interleaved with the worker's number: ids stay distinct across workers."""
+    counts from 0, so the position is interleaved with the worker's number; a process that reads its own share of
+    the stream (`training/scale_out.py`) may count from 0 too, so it is interleaved with the process's rank as well:
+    ids stay distinct across workers and processes."""
     worker = torch.utils.data.get_worker_info()
-    return {EXAMPLE_ID: index if worker is None else index * worker.num_workers + worker.id}
+    position = index if worker is None else index * worker.num_workers + worker.id
+    return {EXAMPLE_ID: position * world_size + rank}
 
 
 def is_map_style(dataset) -> bool:
@@ -241,7 +244,9 @@ class BertologyTrainer(Trainer):
             if sampler is not None:  # the sampler sees the dataset itself (its columns, its class)
                 sampler_fn = lambda _: sampler(inner)  # noqa: E731
         elif isinstance(dataset, datasets.IterableDataset) and EXAMPLE_ID not in (dataset.column_names or ()):
-            dataset = dataset.map(stream_position, with_indices=True)  # position in this epoch's (shuffled) stream
+            # position in this epoch's (shuffled) stream, and this process's rank
+            rank = dict(rank=self.args.process_index, world_size=self.args.world_size)
+            dataset = dataset.map(stream_position, with_indices=True, fn_kwargs=rank)
         return super()._get_dataloader(dataset, description, batch_size, sampler_fn=sampler_fn, **kwargs)
 
     def _run_epoch(self, *args, **kwargs):
