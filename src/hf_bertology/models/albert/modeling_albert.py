@@ -48,8 +48,14 @@ class BertologyAlbertForPreTrainingOutput(ModelOutput):
     attentions: tuple[torch.Tensor, ...] | None = None
 
 
+# Copied from hf_bertology.models.bert.modeling_bert._denominator
 def _denominator(num_items_in_batch, key: str, local_count: torch.Tensor, local_tokens: torch.Tensor):
-    """Count that turns a summed loss into the mean over the whole optimizer step (see modeling_bert.py)."""
+    """Count that turns a summed loss into the mean over the whole optimizer step.
+
+    `BertologyTrainer` passes a dict of counts per key (summed over accumulated micro-batches and processes). The
+    stock Trainer passes one int (masked tokens); another loss is then weighted by this micro-batch's share of
+    those tokens. Without any count (plain forward) the local count gives the usual mean.
+    """
     if isinstance(num_items_in_batch, Mapping):
         if key in num_items_in_batch:
             return num_items_in_batch[key]

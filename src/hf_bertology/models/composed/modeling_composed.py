@@ -134,10 +134,14 @@ class BertologyComposedForPreTrainingOutput(ModelOutput):
     attentions: tuple[torch.Tensor, ...] | None = None
 
 
-def _denominator(num_items_in_batch, key: str, local_count: torch.Tensor, local_reference: torch.Tensor):
-    """Count that turns a summed loss into the mean over the optimizer step: `BertologyTrainer`'s dict entry for
-    `key`; with the stock Trainer's single count (masked tokens), this micro-batch's share of it; else the local
-    count (a plain mean)."""
+# Copied from hf_bertology.models.bert.modeling_bert._denominator
+def _denominator(num_items_in_batch, key: str, local_count: torch.Tensor, local_tokens: torch.Tensor):
+    """Count that turns a summed loss into the mean over the whole optimizer step.
+
+    `BertologyTrainer` passes a dict of counts per key (summed over accumulated micro-batches and processes). The
+    stock Trainer passes one int (masked tokens); another loss is then weighted by this micro-batch's share of
+    those tokens. Without any count (plain forward) the local count gives the usual mean.
+    """
     if isinstance(num_items_in_batch, Mapping):
         if key in num_items_in_batch:
             return num_items_in_batch[key]
@@ -146,7 +150,7 @@ def _denominator(num_items_in_batch, key: str, local_count: torch.Tensor, local_
         return local_count.clamp(min=1)
     if key == "labels":
         return num_items_in_batch
-    return local_count * num_items_in_batch / local_reference.clamp(min=1)
+    return local_count * num_items_in_batch / local_tokens.clamp(min=1)
 
 
 def _activation(config):
@@ -158,6 +162,7 @@ def _layer_norm_eps(config) -> float:
     return getattr(config, "layer_norm_eps", None) or getattr(config, "norm_eps", 1e-12)
 
 
+# Copied from hf_bertology.models.electra.modeling_electra.keyed_uniform
 def keyed_uniform(keys: torch.Tensor, size: int) -> torch.Tensor:
     """`(M, size)` float32 uniforms in [0, 1): entry (m, v) a hash of `keys[m]` (int64) and v (SplitMix64 on a
     counter, as hf_bertology's collators draw their masks), so the noise of an example's token does not depend on
@@ -173,8 +178,13 @@ def keyed_uniform(keys: torch.Tensor, size: int) -> torch.Tensor:
     return shift(x ^ shift(x, 31), 40).float() * 2.0**-24
 
 
+# Copied from hf_bertology.models.electra.modeling_electra.gumbel_sample
 def gumbel_sample(logits: torch.Tensor, temperature: float = 1.0, keys: torch.Tensor | None = None) -> torch.Tensor:
-    """Token ids drawn from `softmax(logits / temperature)` by Gumbel-max, in fp32 (half-precision noise is biased)."""
+    """Token ids drawn from `softmax(logits / temperature)` by Gumbel-max, in fp32 (ELECTRA's `sample_from_softmax`).
+
+    fp32 because Gumbel noise in half precision is biased (pytorch #41663); the 1e-9 keep `log` finite, as in
+    ELECTRA's code. `argmax(l / T + g) == argmax(l + T * g)`; the noise is built in place (it is (M, vocab) large).
+    """
     if keys is None:
         noise = torch.rand(logits.shape, device=logits.device, dtype=torch.float32)
     elif len(keys):  # in blocks of rows: the int64 hash of a whole (M, vocab) block would take 2x the noise's memory
