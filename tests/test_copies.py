@@ -54,4 +54,29 @@ def test_a_drifted_source_is_reported_at_every_copy(tmp_path):
     result = run_checker("--src", str(src))
     assert result.returncode == 1
     assert "deberta_v3/modeling_deberta_v3.py" in result.stdout and "composed/modeling_composed.py" in result.stdout
-    assert result.stdout.count("differs from hf_bertology.models.electra.modeling_electra.keyed_uniform") == 2
+    assert result.stdout.count(": differs from hf_bertology.models.electra.modeling_electra.keyed_uniform") == 2
+
+
+def test_a_drifted_block_copy_is_reported_and_fixed(tmp_path):
+    # a block inside a method: ALBERT's sparse MLM loss, a copy of BERT's with `with ...` replacements
+    src, path = drifted_tree(
+        tmp_path,
+        "albert/modeling_albert.py",
+        'mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", n_tokens, n_tokens)',
+        "mlm_loss = mlm_sum / n_tokens",
+    )
+    result = run_checker("--src", str(src))
+    assert result.returncode == 1
+    assert "BertologyBertForPreTraining.forward[losses_and_output]" in result.stdout
+    assert "+            mlm_loss = mlm_sum / n_tokens" in result.stdout
+    assert result.stdout.count(": differs from") == 1  # the other blocks of the file still match
+    assert run_checker("--src", str(src), "--fix_and_overwrite").returncode == 0
+    original = ROOT / "src" / "hf_bertology" / "models" / "albert" / "modeling_albert.py"
+    assert path.read_text() == original.read_text()
+
+
+def test_a_block_marker_without_its_source_block_is_reported(tmp_path):
+    src, _ = drifted_tree(tmp_path, "bert/modeling_bert.py", "# End copy source: losses_and_output", "# (removed)")
+    result = run_checker("--src", str(src))
+    assert result.returncode == 1
+    assert "needs one `# Copy source: losses_and_output`" in result.stdout

@@ -83,9 +83,22 @@ def parse_replacements(text: str | None) -> list[tuple[str, str]]:
     return pairs
 
 
+def with_trailing_comments(lines: list[str], start: int, end: int) -> tuple[int, int]:
+    """`(start, end)` grown over the comment lines right after the object that are indented deeper than its first
+    line (`ast` ends an object at its last statement; a block's end marker may stand after it)."""
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    while (
+        end < len(lines)
+        and lines[end].lstrip().startswith("#")
+        and len(lines[end]) - len(lines[end].lstrip()) > indent
+    ):
+        end += 1
+    return start, end
+
+
 def object_span(tree: ast.Module, names: list[str]) -> tuple[int, int] | None:
     """0-based `(start, end)` lines of the function/class `names` (a path through nested classes), decorators
-    included, or None."""
+    included (trailing comments are added by the caller), or None."""
     body = tree.body
     node = None
     for name in names:
@@ -133,7 +146,7 @@ def find_copies(path: Path, lines: list[str]) -> list[Copy]:
             span = node_starting_at(tree, index + 2)
             if span is None:
                 raise MarkerError(f"{where}: no function or class right below this marker")
-            start, end = span
+            start, end = with_trailing_comments(lines, *span)
         copies.append(
             Copy(path, index + 1, start, end, match["source"], match["block"], replacements, match["indent"])
         )
@@ -156,7 +169,8 @@ def source_lines(src: Path, dotted: str, block: str | None, cache: dict) -> list
     span = object_span(tree, parts[cut:])
     if span is None:
         raise MarkerError(f"{dotted}: {module} has no {'.'.join(parts[cut:])}")
-    found = lines[span[0] : span[1]]
+    start, end = with_trailing_comments(lines, *span)
+    found = lines[start:end]
     if block is None:
         return found
     starts = [i for i, line in enumerate(found) if line.strip() == SOURCE_START + block]

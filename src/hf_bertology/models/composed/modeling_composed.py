@@ -524,12 +524,15 @@ class ComposedForPreTraining:
         if labels is None:
             hidden = self.discriminate(input_ids, **inputs).last_hidden_state
             return BertologyComposedForPreTrainingOutput(rtd_logits=self._rtd_logits(hidden, inputs))
+        # Copied from hf_bertology.models.electra.modeling_electra.BertologyElectraForPreTraining.forward[chosen] with real_mask->attention_mask
         chosen = labels.ne(-100)  # (B, T)
+        # the chosen tokens: the batch's flat positions (no host sync), else a boolean index (syncs)
         at = chosen.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
         targets = labels.flatten().index_select(0, at)
         n_chosen = chosen.sum()
         real = attention_mask.bool() if attention_mask is not None else torch.ones_like(chosen)
         n_real = real.sum()
+        # End copied block
 
         gen_hidden = self.generator.base_model(input_ids, **inputs).last_hidden_state
         gen_hidden = gen_hidden.flatten(0, 1).index_select(0, at)  # (M, H_G)
@@ -537,6 +540,7 @@ class ComposedForPreTraining:
         mlm_loss = F.cross_entropy(prediction_logits.float(), targets, reduction="sum") / _denominator(
             num_items_in_batch, "labels", n_chosen, n_chosen
         )
+        # Copied from hf_bertology.models.electra.modeling_electra.BertologyElectraForPreTraining.forward[fake_data]
         with torch.no_grad():
             sample_logits = prediction_logits.detach().float()
             if config.disallow_correct:
@@ -546,14 +550,17 @@ class ComposedForPreTraining:
             original_ids = torch.where(chosen, labels, input_ids)
             replaced_input_ids = original_ids.flatten().index_copy(0, at, sampled).view_as(original_ids)
             rtd_labels = (replaced_input_ids != original_ids) & real  # (B, T)
+        # End copied block
 
         disc_outputs = self.discriminate(replaced_input_ids, **inputs)
         rtd_logits = self._rtd_logits(disc_outputs.last_hidden_state, inputs)  # (B, T)
+        # Copied from hf_bertology.models.electra.modeling_electra.BertologyElectraForPreTraining.forward[rtd_loss]
         # over the real tokens by weighting, not selecting: every shape stays the batch's (no host sync)
         rtd_sum = F.binary_cross_entropy_with_logits(
             rtd_logits.float(), rtd_labels.float(), weight=real.float(), reduction="sum"
         )
         rtd_loss = rtd_sum / _denominator(num_items_in_batch, "attention_mask", n_real, n_chosen)
+        # End copied block
         predicted = (rtd_logits.detach() > 0) & real
         return BertologyComposedForPreTrainingOutput(
             loss=config.generator_weight * mlm_loss + config.discriminator_weight * rtd_loss,

@@ -325,12 +325,15 @@ class BertologyDebertaV3ForPreTraining(DebertaV2PreTrainedModel):
             hidden = self.discriminate(input_ids, **inputs).last_hidden_state
             return BertologyDebertaV3ForPreTrainingOutput(rtd_logits=self.mask_predictions(hidden))
         config = self.config
+        # Copied from hf_bertology.models.electra.modeling_electra.BertologyElectraForPreTraining.forward[chosen] with real_mask->attention_mask
         chosen = labels.ne(-100)  # (B, T)
+        # the chosen tokens: the batch's flat positions (no host sync), else a boolean index (syncs)
         at = chosen.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
         targets = labels.flatten().index_select(0, at)
         n_chosen = chosen.sum()
         real = attention_mask.bool() if attention_mask is not None else torch.ones_like(chosen)
         n_real = real.sum()
+        # End copied block
 
         # -- generator: masked LM on the chosen positions only ---------------------------------------------------
         generator = self.generator
@@ -353,12 +356,14 @@ class BertologyDebertaV3ForPreTraining(DebertaV2PreTrainedModel):
         # -- discriminator: replaced-token detection over every non-pad token -----------------------------------
         disc_outputs = self.discriminate(replaced_input_ids, **inputs, **kwargs)
         rtd_logits = self.mask_predictions(disc_outputs.last_hidden_state)  # (B, T)
+        # Copied from hf_bertology.models.electra.modeling_electra.BertologyElectraForPreTraining.forward[rtd_loss]
         # over the real tokens by weighting, not selecting: every shape stays the batch's (no host sync)
         rtd_sum = F.binary_cross_entropy_with_logits(
             rtd_logits.float(), rtd_labels.float(), weight=real.float(), reduction="sum"
         )
-        predicted = (rtd_logits.detach() > 0) & real
         rtd_loss = rtd_sum / _denominator(num_items_in_batch, "attention_mask", n_real, n_chosen)
+        # End copied block
+        predicted = (rtd_logits.detach() > 0) & real
 
         return BertologyDebertaV3ForPreTrainingOutput(
             loss=config.generator_weight * mlm_loss + config.discriminator_weight * rtd_loss,

@@ -295,6 +295,7 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
                 rtd_logits=self.discriminator_predictions(outputs.last_hidden_state)
             )
         config = self.config
+        # Copy source: chosen
         chosen = labels.ne(-100)  # (B, T)
         # the chosen tokens: the batch's flat positions (no host sync), else a boolean index (syncs)
         at = chosen.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
@@ -302,6 +303,7 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
         n_chosen = chosen.sum()
         real = real_mask.bool() if real_mask is not None else torch.ones_like(chosen)
         n_real = real.sum()
+        # End copy source: chosen
 
         # -- generator: masked LM on the chosen positions only ---------------------------------------------------
         frozen_generator = self.training_stage == "discriminator"
@@ -325,6 +327,7 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
             )
 
         # -- fake data (`_get_fake_data`): unmask, then sample every chosen position ------------------------------
+        # Copy source: fake_data
         with torch.no_grad():
             sample_logits = prediction_logits.detach().float()
             if config.disallow_correct:
@@ -334,6 +337,7 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
             original_ids = torch.where(chosen, labels, input_ids)
             replaced_input_ids = original_ids.flatten().index_copy(0, at, sampled).view_as(original_ids)
             rtd_labels = (replaced_input_ids != original_ids) & real  # (B, T)
+        # End copy source: fake_data
 
         # -- discriminator: replaced-token detection over every non-pad token -----------------------------------
         disc_outputs = self.electra(
@@ -344,11 +348,13 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
             **kwargs,
         )
         rtd_logits = self.discriminator_predictions(disc_outputs.last_hidden_state)  # (B, T)
-        # Over the real tokens by weighting, not selecting: every shape stays the batch's (no host sync).
+        # Copy source: rtd_loss
+        # over the real tokens by weighting, not selecting: every shape stays the batch's (no host sync)
         rtd_sum = F.binary_cross_entropy_with_logits(
             rtd_logits.float(), rtd_labels.float(), weight=real.float(), reduction="sum"
         )
         rtd_loss = rtd_sum / _denominator(num_items_in_batch, "attention_mask", n_real, n_chosen)
+        # End copy source: rtd_loss
         with torch.no_grad():
             predicted, replaced = (rtd_logits > 0) & real, rtd_labels
             true_positives = (predicted & replaced).sum()
