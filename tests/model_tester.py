@@ -123,3 +123,69 @@ def assert_loads_in_plain_transformers(
     torch.testing.assert_close(torch.tensor(result["logits"]), expected, rtol=0, atol=1e-5)
     torch.testing.assert_close(torch.tensor(result["remote_logits"]), expected, rtol=0, atol=1e-5)
     return result
+
+
+# -- the forward checks every MLM-family model passes, parametrized over the families (tests/test_model_common.py) --
+VOCAB = 100
+SIZES = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
+NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def tiny_family_model(family: str):
+    """A tiny model of `family` with fixed weights (seed 0), in eval mode."""
+    import hf_bertology as hb
+
+    configs = {
+        "bert": lambda: hb.BertologyBertConfig(**SIZES, max_position_embeddings=64),
+        "roberta": lambda: hb.BertologyRobertaConfig(
+            **SIZES, max_position_embeddings=64, pad_token_id=1, type_vocab_size=1
+        ),
+        "albert": lambda: hb.BertologyAlbertConfig(**SIZES, embedding_size=16, max_position_embeddings=64),
+        "spanbert": lambda: hb.BertologySpanBertConfig(**SIZES, max_position_embeddings=64),
+        "modernbert": lambda: hb.BertologyModernBertConfig(
+            **SIZES, pad_token_id=1, cls_token_id=0, sep_token_id=2, bos_token_id=0, eos_token_id=2, local_attention=8
+        ),
+        "electra": lambda: hb.BertologyElectraConfig(
+            **SIZES, embedding_size=16, max_position_embeddings=64, **NO_DROPOUT
+        ),
+        "deberta_v3": lambda: hb.BertologyDebertaV3Config(**SIZES, position_buckets=16, **NO_DROPOUT),
+    }
+    models = {
+        "bert": hb.BertologyBertForPreTraining,
+        "roberta": hb.BertologyRobertaForPreTraining,
+        "albert": hb.BertologyAlbertForPreTraining,
+        "spanbert": hb.BertologySpanBertForPreTraining,
+        "modernbert": hb.BertologyModernBertForPreTraining,
+        "electra": hb.BertologyElectraForPreTraining,
+        "deberta_v3": hb.BertologyDebertaV3ForPreTraining,
+    }
+    torch.manual_seed(0)
+    return models[family](configs[family]()).eval()
+
+
+# family -> (the output field of the MLM logits, the field without labels, whether that one is per token only)
+OUTPUT_FIELDS = {
+    "bert": ("prediction_logits", "prediction_logits", False),
+    "roberta": ("logits", "logits", False),
+    "albert": ("prediction_logits", "prediction_logits", False),
+    "spanbert": ("logits", "logits", False),
+    "modernbert": ("logits", "logits", False),
+    "electra": ("prediction_logits", "rtd_logits", True),  # without labels only the discriminator runs
+    "deberta_v3": ("prediction_logits", "rtd_logits", True),
+}
+SENTENCE_LABELS = {"bert": "next_sentence_label", "albert": "sentence_order_label"}
+LABELLED = [2, 5, 9]  # the labelled positions of every row
+
+
+def tiny_family_batch(family: str, batch: int = 2, length: int = 12, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Unpadded rows, [CLS]=0 … [SEP]=2, labels at `LABELLED` (the original ids, the inputs there [MASK]=4)."""
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(5, VOCAB, (batch, length), generator=generator)
+    input_ids[:, 0], input_ids[:, -1] = 0, 2
+    labels = torch.full_like(input_ids, -100)
+    labels[:, LABELLED] = input_ids[:, LABELLED]
+    input_ids[:, LABELLED] = 4
+    inputs = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "labels": labels}
+    if family in SENTENCE_LABELS:
+        inputs[SENTENCE_LABELS[family]] = torch.arange(batch) % 2
+    return inputs

@@ -66,12 +66,6 @@ def test_roberta_loss_and_keys_equal_transformers():
     assert torch.allclose(a.logits, b.logits[labels.ne(-100)], atol=1e-5)
 
 
-def test_without_labels_logits_are_dense():
-    config = hb.BertologyBertConfig(vocab_size=50, **TINY)
-    out = hb.BertologyBertForPreTraining(config)(input_ids=torch.randint(5, 50, (2, 7)))
-    assert out.prediction_logits.shape == (2, 7, 50) and out.loss is None
-
-
 def test_decoder_is_tied_to_word_embeddings():
     model = hb.BertologyBertForPreTraining(hb.BertologyBertConfig(vocab_size=50, **TINY))
     assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
