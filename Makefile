@@ -62,12 +62,13 @@ bench: $(STAMP)
 	@for f in benchmarks/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
 style: $(STAMP)
-	$(PY) -m ruff format src tests examples benchmarks
-	$(PY) -m ruff check --fix src tests examples benchmarks
+	$(PY) -m ruff format src tests examples benchmarks utils
+	$(PY) -m ruff check --fix src tests examples benchmarks utils
 
 quality: $(STAMP)
-	$(PY) -m ruff format --check src tests examples benchmarks
-	$(PY) -m ruff check src tests examples benchmarks
+	$(PY) -m ruff format --check src tests examples benchmarks utils
+	$(PY) -m ruff check src tests examples benchmarks utils
+	$(PY) utils/check_copies.py
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .ruff_cache src/*.egg-info

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
@@ -14,6 +11,7 @@ from transformers import ModernBertForMaskedLM, ModernBertModel
 import hf_bertology as hb
 from hf_bertology.collators import DataCollatorForMaskedLM
 from hf_bertology.models.modernbert import BertologyModernBertConfig, BertologyModernBertForPreTraining
+from model_tester import assert_loads_in_plain_transformers
 from platform_support import assert_train_loss_is_the_logged_mean
 
 VOCAB = 120
@@ -72,42 +70,17 @@ def test_sparse_loss_equals_transformers_and_scales_with_the_step_count():
     assert torch.allclose(doubled, ours.loss / 2, atol=1e-6)  # a sum over the step's count, not a local mean
 
 
-PLAIN = """
-import sys
-sys.modules["hf_bertology"] = None
-import json, torch
-from transformers import AutoModelForMaskedLM
-ckpt, ids = sys.argv[1], torch.tensor(json.loads(sys.argv[2]))
-model, info = AutoModelForMaskedLM.from_pretrained(ckpt, output_loading_info=True)
-remote = AutoModelForMaskedLM.from_pretrained(ckpt, trust_remote_code=True)
-with torch.no_grad():
-    logits, remote_logits = model(ids).logits.tolist(), remote(input_ids=ids).logits.tolist()
-print(json.dumps({"class": type(model).__name__, "missing": sorted(info["missing_keys"]),
-                  "unexpected": sorted(info["unexpected_keys"]), "logits": logits, "remote": type(remote).__name__,
-                  "remote_logits": remote_logits, "tied": model.decoder.weight is model.model.embeddings.tok_embeddings.weight}))
-"""
-
-
 def test_plain_transformers_loads_it_with_equal_logits(tmp_path):
     model = tiny_model()
     ids = torch.randint(5, VOCAB, (2, 10), generator=torch.Generator().manual_seed(0))
-    model.save_pretrained(tmp_path / "ckpt")
-    (tmp_path / "plain.py").write_text(textwrap.dedent(PLAIN))
-    run = subprocess.run(
-        [sys.executable, str(tmp_path / "plain.py"), str(tmp_path / "ckpt"), json.dumps(ids.tolist())],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"},
+    assert_loads_in_plain_transformers(
+        model,
+        tmp_path / "ckpt",
+        {"input_ids": ids},
+        "AutoModelForMaskedLM",
+        "ModernBertForMaskedLM",
+        ties=[("decoder.weight", "model.embeddings.tok_embeddings.weight")],
     )
-    assert run.returncode == 0, run.stderr[-3000:]
-    result = json.loads(run.stdout.strip().splitlines()[-1])
-    assert result["class"] == "ModernBertForMaskedLM" and result["missing"] == [] and result["unexpected"] == []
-    assert result["tied"] and result["remote"] == "BertologyModernBertForPreTraining"
-    with torch.no_grad():
-        ours = model(input_ids=ids).logits
-    assert torch.allclose(torch.tensor(result["logits"]), ours, atol=1e-5)
-    assert torch.allclose(torch.tensor(result["remote_logits"]), ours, atol=1e-5)
 
 
 @pytest.fixture(scope="module")

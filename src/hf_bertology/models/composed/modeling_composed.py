@@ -134,10 +134,14 @@ class BertologyComposedForPreTrainingOutput(ModelOutput):
     attentions: tuple[torch.Tensor, ...] | None = None
 
 
-def _denominator(num_items_in_batch, key: str, local_count: torch.Tensor, local_reference: torch.Tensor):
-    """Count that turns a summed loss into the mean over the optimizer step: `BertologyTrainer`'s dict entry for
-    `key`; with the stock Trainer's single count (masked tokens), this micro-batch's share of it; else the local
-    count (a plain mean)."""
+# Copied from hf_bertology.models.bert.modeling_bert._denominator
+def _denominator(num_items_in_batch, key: str, local_count: torch.Tensor, local_tokens: torch.Tensor):
+    """Count that turns a summed loss into the mean over the whole optimizer step.
+
+    `BertologyTrainer` passes a dict of counts per key (summed over accumulated micro-batches and processes). The
+    stock Trainer passes one int (masked tokens); another loss is then weighted by this micro-batch's share of
+    those tokens. Without any count (plain forward) the local count gives the usual mean.
+    """
     if isinstance(num_items_in_batch, Mapping):
         if key in num_items_in_batch:
             return num_items_in_batch[key]
@@ -146,7 +150,7 @@ def _denominator(num_items_in_batch, key: str, local_count: torch.Tensor, local_
         return local_count.clamp(min=1)
     if key == "labels":
         return num_items_in_batch
-    return local_count * num_items_in_batch / local_reference.clamp(min=1)
+    return local_count * num_items_in_batch / local_tokens.clamp(min=1)
 
 
 def _activation(config):
@@ -158,6 +162,7 @@ def _layer_norm_eps(config) -> float:
     return getattr(config, "layer_norm_eps", None) or getattr(config, "norm_eps", 1e-12)
 
 
+# Copied from hf_bertology.models.electra.modeling_electra.keyed_uniform
 def keyed_uniform(keys: torch.Tensor, size: int) -> torch.Tensor:
     """`(M, size)` float32 uniforms in [0, 1): entry (m, v) a hash of `keys[m]` (int64) and v (SplitMix64 on a
     counter, as hf_bertology's collators draw their masks), so the noise of an example's token does not depend on
@@ -173,8 +178,13 @@ def keyed_uniform(keys: torch.Tensor, size: int) -> torch.Tensor:
     return shift(x ^ shift(x, 31), 40).float() * 2.0**-24
 
 
+# Copied from hf_bertology.models.electra.modeling_electra.gumbel_sample
 def gumbel_sample(logits: torch.Tensor, temperature: float = 1.0, keys: torch.Tensor | None = None) -> torch.Tensor:
-    """Token ids drawn from `softmax(logits / temperature)` by Gumbel-max, in fp32 (half-precision noise is biased)."""
+    """Token ids drawn from `softmax(logits / temperature)` by Gumbel-max, in fp32 (ELECTRA's `sample_from_softmax`).
+
+    fp32 because Gumbel noise in half precision is biased (pytorch #41663); the 1e-9 keep `log` finite, as in
+    ELECTRA's code. `argmax(l / T + g) == argmax(l + T * g)`; the noise is built in place (it is (M, vocab) large).
+    """
     if keys is None:
         noise = torch.rand(logits.shape, device=logits.device, dtype=torch.float32)
     elif len(keys):  # in blocks of rows: the int64 hash of a whole (M, vocab) block would take 2x the noise's memory
@@ -514,12 +524,15 @@ class ComposedForPreTraining:
         if labels is None:
             hidden = self.discriminate(input_ids, **inputs).last_hidden_state
             return BertologyComposedForPreTrainingOutput(rtd_logits=self._rtd_logits(hidden, inputs))
+        # Copied from hf_bertology.models.electra.modeling_electra.BertologyElectraForPreTraining.forward[chosen] with real_mask->attention_mask
         chosen = labels.ne(-100)  # (B, T)
+        # the chosen tokens: the batch's flat positions (no host sync), else a boolean index (syncs)
         at = chosen.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
         targets = labels.flatten().index_select(0, at)
         n_chosen = chosen.sum()
         real = attention_mask.bool() if attention_mask is not None else torch.ones_like(chosen)
         n_real = real.sum()
+        # End copied block
 
         gen_hidden = self.generator.base_model(input_ids, **inputs).last_hidden_state
         gen_hidden = gen_hidden.flatten(0, 1).index_select(0, at)  # (M, H_G)
@@ -527,6 +540,7 @@ class ComposedForPreTraining:
         mlm_loss = F.cross_entropy(prediction_logits.float(), targets, reduction="sum") / _denominator(
             num_items_in_batch, "labels", n_chosen, n_chosen
         )
+        # Copied from hf_bertology.models.electra.modeling_electra.BertologyElectraForPreTraining.forward[fake_data]
         with torch.no_grad():
             sample_logits = prediction_logits.detach().float()
             if config.disallow_correct:
@@ -536,14 +550,17 @@ class ComposedForPreTraining:
             original_ids = torch.where(chosen, labels, input_ids)
             replaced_input_ids = original_ids.flatten().index_copy(0, at, sampled).view_as(original_ids)
             rtd_labels = (replaced_input_ids != original_ids) & real  # (B, T)
+        # End copied block
 
         disc_outputs = self.discriminate(replaced_input_ids, **inputs)
         rtd_logits = self._rtd_logits(disc_outputs.last_hidden_state, inputs)  # (B, T)
+        # Copied from hf_bertology.models.electra.modeling_electra.BertologyElectraForPreTraining.forward[rtd_loss]
         # over the real tokens by weighting, not selecting: every shape stays the batch's (no host sync)
         rtd_sum = F.binary_cross_entropy_with_logits(
             rtd_logits.float(), rtd_labels.float(), weight=real.float(), reduction="sum"
         )
         rtd_loss = rtd_sum / _denominator(num_items_in_batch, "attention_mask", n_real, n_chosen)
+        # End copied block
         predicted = (rtd_logits.detach() > 0) & real
         return BertologyComposedForPreTrainingOutput(
             loss=config.generator_weight * mlm_loss + config.discriminator_weight * rtd_loss,

@@ -111,6 +111,7 @@ class BertologyDebertaV3Config(DebertaV2Config):
             raise ValueError(
                 f"embedding_sharing must be one of {', '.join(EMBEDDING_SHARING)}, got {embedding_sharing!r}"
             )
+        # Copied from hf_bertology.models.bert.configuration_bert.BertologyBertConfig.__init__[masking_checks]
         if not 0.0 < mlm_probability < 1.0:
             raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}")
         if mask_replace_prob < 0 or random_replace_prob < 0 or mask_replace_prob + random_replace_prob > 1:
@@ -120,6 +121,7 @@ class BertologyDebertaV3Config(DebertaV2Config):
             )
         if max_predictions_per_seq is not None and max_predictions_per_seq < 1:
             raise ValueError(f"max_predictions_per_seq must be >= 1 or None, got {max_predictions_per_seq}")
+        # End copied block
         if generator_num_hidden_layers is not None and generator_num_hidden_layers < 1:
             raise ValueError(f"generator_num_hidden_layers must be >= 1 or None, got {generator_num_hidden_layers}")
         if generator_weight < 0 or discriminator_weight < 0:

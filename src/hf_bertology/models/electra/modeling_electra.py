@@ -104,6 +104,7 @@ class BertologyElectraForPreTrainingOutput(ModelOutput):
     attentions: tuple[torch.Tensor, ...] | None = None
 
 
+# Copied from hf_bertology.models.bert.modeling_bert._denominator
 def _denominator(num_items_in_batch, key: str, local_count: torch.Tensor, local_tokens: torch.Tensor):
     """Count that turns a summed loss into the mean over the whole optimizer step.
 
@@ -138,10 +139,10 @@ def keyed_uniform(keys: torch.Tensor, size: int) -> torch.Tensor:
 
 
 def gumbel_sample(logits: torch.Tensor, temperature: float = 1.0, keys: torch.Tensor | None = None) -> torch.Tensor:
-    """Token ids drawn from `softmax(logits / temperature)` by Gumbel-max, in fp32 (`sample_from_softmax`).
+    """Token ids drawn from `softmax(logits / temperature)` by Gumbel-max, in fp32 (ELECTRA's `sample_from_softmax`).
 
-    fp32 because Gumbel noise in half precision is biased (pytorch #41663); the 1e-9 keep `log` finite, as in the
-    official code. `argmax(l / T + g) == argmax(l + T * g)`; the noise is built in place (it is (M, vocab) large).
+    fp32 because Gumbel noise in half precision is biased (pytorch #41663); the 1e-9 keep `log` finite, as in
+    ELECTRA's code. `argmax(l / T + g) == argmax(l + T * g)`; the noise is built in place (it is (M, vocab) large).
     """
     if keys is None:
         noise = torch.rand(logits.shape, device=logits.device, dtype=torch.float32)
@@ -294,6 +295,7 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
                 rtd_logits=self.discriminator_predictions(outputs.last_hidden_state)
             )
         config = self.config
+        # Copy source: chosen
         chosen = labels.ne(-100)  # (B, T)
         # the chosen tokens: the batch's flat positions (no host sync), else a boolean index (syncs)
         at = chosen.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
@@ -301,6 +303,7 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
         n_chosen = chosen.sum()
         real = real_mask.bool() if real_mask is not None else torch.ones_like(chosen)
         n_real = real.sum()
+        # End copy source: chosen
 
         # -- generator: masked LM on the chosen positions only ---------------------------------------------------
         frozen_generator = self.training_stage == "discriminator"
@@ -324,6 +327,7 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
             )
 
         # -- fake data (`_get_fake_data`): unmask, then sample every chosen position ------------------------------
+        # Copy source: fake_data
         with torch.no_grad():
             sample_logits = prediction_logits.detach().float()
             if config.disallow_correct:
@@ -333,6 +337,7 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
             original_ids = torch.where(chosen, labels, input_ids)
             replaced_input_ids = original_ids.flatten().index_copy(0, at, sampled).view_as(original_ids)
             rtd_labels = (replaced_input_ids != original_ids) & real  # (B, T)
+        # End copy source: fake_data
 
         # -- discriminator: replaced-token detection over every non-pad token -----------------------------------
         disc_outputs = self.electra(
@@ -343,11 +348,13 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
             **kwargs,
         )
         rtd_logits = self.discriminator_predictions(disc_outputs.last_hidden_state)  # (B, T)
-        # Over the real tokens by weighting, not selecting: every shape stays the batch's (no host sync).
+        # Copy source: rtd_loss
+        # over the real tokens by weighting, not selecting: every shape stays the batch's (no host sync)
         rtd_sum = F.binary_cross_entropy_with_logits(
             rtd_logits.float(), rtd_labels.float(), weight=real.float(), reduction="sum"
         )
         rtd_loss = rtd_sum / _denominator(num_items_in_batch, "attention_mask", n_real, n_chosen)
+        # End copy source: rtd_loss
         with torch.no_grad():
             predicted, replaced = (rtd_logits > 0) & real, rtd_labels
             true_positives = (predicted & replaced).sum()

@@ -127,9 +127,11 @@ class BertologySpanBertForPreTraining(BertPreTrainedModel):
         if isinstance(module, SpanBoundaryHead):
             init.zeros_(module.bias)  # transformers' `init` skips weights loaded from a checkpoint
 
+    # Copied from hf_bertology.models.bert.modeling_bert.BertologyBertForPreTraining.get_output_embeddings
     def get_output_embeddings(self):
         return self.cls.predictions.decoder
 
+    # Copied from hf_bertology.models.bert.modeling_bert.BertologyBertForPreTraining.set_output_embeddings
     def set_output_embeddings(self, new_embeddings):
         self.cls.predictions.decoder = new_embeddings
         self.cls.predictions.bias = new_embeddings.bias
@@ -161,6 +163,7 @@ class BertologySpanBertForPreTraining(BertPreTrainedModel):
         cu_seq_lens_q (in `kwargs`): a padding-free batch (`hf_bertology.collators.flatten`); `sbo_boundaries` are
             then positions in the flat row.
         """
+        # Copied from hf_bertology.models.bert.modeling_bert.BertologyBertForPreTraining.forward[packed_backbone]
         packed = kwargs.get("cu_seq_lens_q") is not None
         if packed and self.config._attn_implementation not in PACKED_IMPLEMENTATIONS:
             raise ValueError(f"a padding-free batch needs attn_implementation in {PACKED_IMPLEMENTATIONS}")
@@ -173,6 +176,7 @@ class BertologySpanBertForPreTraining(BertPreTrainedModel):
             return_dict=True,
             **kwargs,
         )
+        # End copied block
         sequence_output = outputs.last_hidden_state  # (B, T, H)
         loss = mlm_loss = sbo_loss = mlm_accuracy = sbo_accuracy = sbo_logits = None
         if labels is None:
