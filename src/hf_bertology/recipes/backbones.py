@@ -35,6 +35,8 @@ BACKBONES: dict[str, Backbone] = {
     "deberta": Backbone("deberta", "deberta-v2", "deberta-v3", packable=False),  # DeBERTa-v2 classes, v3 settings
     "modernbert": Backbone("modernbert", "modernbert", "modernbert", packable=False),
 }
+# Input formats whose examples carry segment B (token type 1): NSP/SOP pairs, ELECTRA's two segments.
+SEGMENT_FORMATS = ("nsp_pairs", "sop_pairs", "electra_segments")
 BACKBONE_ALIASES = {"deberta-v2": "deberta", "deberta-v3": "deberta"}
 SIZE_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
 # Set by the tokenizer (adapt_to_tokenizer) or by transformers, never taken from another preset.

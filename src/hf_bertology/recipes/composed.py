@@ -12,6 +12,7 @@ from .backbones import (
     IDENTITY_FIELDS,
     NATIVE_ONLY_FIELDS,
     PART_FIELDS,
+    SEGMENT_FORMATS,
     SENTENCE_FORMATS,
     SIZE_FIELDS,
     Backbone,
@@ -75,8 +76,6 @@ def compose(name: str, variant: Variant, backbone_name: str, overrides: dict[str
         if key in family_fields:  # the objective's tokenizer family (adapt_to_tokenizer sets the real ids)
             values[key] = getattr(objective_config, key, None)
     max_seq_length = preset["data"].get("max_seq_length", SMALL_DATA.get(size, {}).get("max_seq_length", 128))
-    if "type_vocab_size" in family_fields:  # segment B of NSP/SOP pairs and ELECTRA's segments
-        values["type_vocab_size"] = max(values.get("type_vocab_size") or 0, 2)
     if "max_position_embeddings" in family_fields:  # RoBERTa's positions start after the padding index
         needed = max_seq_length + (2 if backbone.model_type == "roberta" else 0)
         values["max_position_embeddings"] = max(values.get("max_position_embeddings") or 0, needed)
@@ -89,6 +88,18 @@ def compose(name: str, variant: Variant, backbone_name: str, overrides: dict[str
             values["input_format"] = SENTENCE_FORMATS.get(task, values["input_format"])
         elif values["input_format"] in SENTENCE_FORMATS.values():
             values["input_format"] = "full_sentences"
+    if "type_vocab_size" in family_fields and values["input_format"] in SEGMENT_FORMATS:
+        own = values.get("type_vocab_size") or 0  # the family's own (RoBERTa 1, DeBERTa-v3 0); kept otherwise
+        if own < 2 and "type_vocab_size" not in overrides:
+            logger.warning(
+                "%s@%s: the %s examples have two segments and %s has %d token type(s): type_vocab_size=2",
+                name,
+                backbone.name,
+                values["input_format"],
+                backbone.name,
+                own,
+            )
+            values["type_vocab_size"] = 2
     if values.get("sentence_task") is not None and "type_vocab_size" not in family_fields:
         raise BertologyError(
             f"{values['sentence_task']} needs token types (segment embeddings) and {backbone.name} has none; "

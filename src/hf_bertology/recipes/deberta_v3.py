@@ -5,14 +5,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..collators import DataCollatorForMaskedLM
+from ..collators import DataCollatorForWindowMasking
 from ..models.deberta_v3 import BertologyDebertaV3Config, BertologyDebertaV3ForPreTraining
 from .base import SIZES, SMALL_DATA, Variant, make_preset
 
 # DeBERTa-v3: microsoft/DeBERTa experiments/language_model (rtd.sh, rtd_*.json, DeBERTa/optims/args.py): Adam
 # β (0.9, 0.999), ε 1e-6, wd 0.01, clip 1.0, linear warmup (10k steps) then linear decay (`warmup_linear`), 1M steps
 # at length 512; lr 1e-4 at batch 256 (base, large; small has no from-scratch entry and takes base's), 3e-4 at batch
-# 64 (xsmall). Loss MLM + 50 RTD (paper). Sizes: heads of 64, FFN 4H; generator = half the depth, same width.
+# 64 (xsmall). Loss MLM + 10 RTD (rtd_task.py --rtd_lambda default; the paper says 50). Sizes: heads of 64, FFN 4H;
+# generator = half the depth, same width. Every number with its source file and line: docs/recipes/deberta_v3.md.
 DEBERTA_V3_TRAINING = {
     "adam_beta1": 0.9,
     "adam_beta2": 0.999,
@@ -42,7 +43,7 @@ VARIANT = Variant(
     "deberta-v3",
     BertologyDebertaV3Config,
     BertologyDebertaV3ForPreTraining,
-    DataCollatorForMaskedLM,
+    DataCollatorForWindowMasking,  # one position per 6-token window (official NGramMaskGenerator)
     "unigram",
     tokenizer_class="DebertaV2Tokenizer",
     plain_auto_class="AutoModel",

@@ -113,6 +113,14 @@ class DataArguments:
             "except with --streaming or an --attn_implementation that reads padded batches only."
         },
     )
+    fixed_shape_batches: bool = field(
+        default=False,
+        metadata={
+            "help": "Padding-free steps of one fixed shape: a token budget of about per_device_train_batch_size "
+            "examples, filled by best-fit packing, so a compiled step never recompiles and can be a CUDA graph "
+            "(docs/speed.md). Needs padding-free batches and a map-style dataset."
+        },
+    )
 
 
 # TrainingArguments defaults that suit pretraining (a flag or the recipe still wins).

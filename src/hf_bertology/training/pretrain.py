@@ -8,7 +8,8 @@ YAML file holding the same keys works too. The recipe's training settings (lr, b
 flag does not set them. The output folder is Hub format (see `hf_bertology.hub`).
 
 Steps, in order, each a function that `run_pretraining` (and so `main`, the command line and `bertology compare`)
-calls, all importable from this module; each takes what the steps before it returned:
+calls, all importable from this module (`use_fixed_shape`: from `training.fixed_shape`); each takes what the steps
+before it returned:
 
     model_args, data_args, training_args, explicit = parse_args(argv)
     recipe = build_recipe(model_args)                                   # the preset, or the checkpoint's own
@@ -22,6 +23,8 @@ calls, all importable from this module; each takes what the steps before it retu
     model, collator = configure_batches(recipe, model, collator, model_args, data_args)
     train_dataset, eval_dataset = build_datasets(corpus, eval_corpus, tokenizer, recipe, data_args, training_args)
     trainer, push_args = build_trainer(recipe, model, tokenizer, collator, train_dataset, eval_dataset, training_args)
+    if data_args.fixed_shape_batches:  # token-budget steps of one shape (training.fixed_shape.use_fixed_shape)
+        use_fixed_shape(trainer, recipe.max_seq_length)
     metrics = train_and_evaluate(trainer)
     write_outputs(trainer, recipe, data_args, metrics, push_args)  # Hub-format folder, card, all_results.json, push
 
@@ -189,6 +192,10 @@ def train_in_folder(model_args, data_args, training_args, recipe: Recipe, callba
     trainer, push_args = build_trainer(
         recipe, model, tokenizer, collator, train_dataset, eval_dataset, training_args, callbacks
     )
+    if data_args.fixed_shape_batches:
+        from .fixed_shape import use_fixed_shape
+
+        use_fixed_shape(trainer, recipe.max_seq_length)
     metrics = train_and_evaluate(trainer, resume_from)
     write_outputs(trainer, recipe, data_args, metrics, push_args)
     return metrics
