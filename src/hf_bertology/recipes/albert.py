@@ -18,7 +18,7 @@ VARIANT = Variant(
     parts={"sentence_task": "sop"},
 )
 
-# ALBERT: README pretraining command (RECIPES.md §4): batch 4096, lr 0.00176, 3125 warmup, 125k steps, linear
+# ALBERT: README pretraining command (docs/recipes/albert.md): batch 4096, lr 0.00176, 3125 warmup, 125k steps, linear
 # decay, wd 0.01, eps 1e-6. The official optimizer is LAMB, which torch does not ship: the Trainer's AdamW runs
 # instead (LAMB's per-layer trust ratio is what keeps this lr stable at batch 4096; lower it for AdamW).
 ALBERT_TRAINING = {

@@ -29,7 +29,7 @@ VARIANT = Variant(
     parts={"sentence_task": "nsp"},
 )
 
-# BERT: Devlin et al. App. A.2 and google-research/bert (RECIPES.md §1). Phase 1 of the schedule: length 128.
+# BERT: Devlin et al. App. A.2 and google-research/bert (docs/recipes/bert.md). Phase 1 of the schedule: length 128.
 BERT_TRAINING = {
     "learning_rate": 1e-4,
     "adam_beta1": 0.9,

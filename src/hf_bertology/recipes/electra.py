@@ -26,8 +26,8 @@ VARIANT = Variant(
     parts={"replaced_token_detection": True, "embedding_sharing": "es"},  # + generator_hidden_fraction
 )
 
-# ELECTRA: google-research/electra configure_pretraining.py and Table 6 of Clark et al. (RECIPES.md §5): AdamW
-# β=(0.9, 0.999), ε 1e-6, wd 0.01, clip 1.0, linear decay, 10k warmup; lr/batch/steps per size below.
+# ELECTRA: google-research/electra configure_pretraining.py and Table 6 of Clark et al. (docs/recipes/electra.md):
+# AdamW β=(0.9, 0.999), ε 1e-6, wd 0.01, clip 1.0, linear decay, 10k warmup; lr/batch/steps per size below.
 ELECTRA_TRAINING = {
     "adam_beta1": 0.9,
     "adam_beta2": 0.999,

@@ -27,7 +27,8 @@ VARIANT = Variant(
 # (`--model_name_or_path`). Optimizer: StableAdamW with learning-rate-decoupled weight decay (`decoupled_stableadamw`
 # -> optimi.StableAdamW(decouple_lr=True), main.py:243-258), which replaces gradient clipping (main.py:421-428):
 # transformers' `optim="stable_adamw"` builds it from torch-optimi; no decay on biases and norms (its param groups,
-# main.py:97-110: transformers' rule gives the same set, ModernBERT having no biases). Steps = tokens / (batch × length).
+# main.py:97-110: transformers' rule gives the same set, ModernBERT having no biases).
+# Steps = tokens / (batch × length).
 MODERNBERT_TRAINING = {
     "optim": "stable_adamw",
     "optim_args": "decouple_lr=True",
@@ -45,7 +46,8 @@ MODERNBERT_SIZES = {
 
 
 def modernbert_rope(global_theta: float, local_theta: float = 10_000.0) -> dict:
-    """RoPE θ of the global (full) and local (sliding-window) layers (`rotary_emb_base`, `local_attn_rotary_emb_base`)."""
+    """RoPE θ of the global (full) and local (sliding-window) layers (the yaml's `rotary_emb_base`,
+    `local_attn_rotary_emb_base`)."""
     return {
         "rope_parameters": {
             "full_attention": {"rope_type": "default", "rope_theta": global_theta},

@@ -18,7 +18,8 @@ VARIANT = Variant(
     backbone="roberta",
 )
 
-# RoBERTa: Liu et al. Table 9 (RECIPES.md §2): β2 0.98, ε 1e-6, no clipping, 500k steps of batch 8k at length 512.
+# RoBERTa: Liu et al. Table 9 (docs/recipes/roberta.md): β2 0.98, ε 1e-6, no clipping, 500k steps of batch 8k at
+# length 512.
 ROBERTA_TRAINING = {
     "adam_beta1": 0.9,
     "adam_beta2": 0.98,

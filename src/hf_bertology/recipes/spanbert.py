@@ -19,8 +19,8 @@ VARIANT = Variant(
     parts={"span_boundary_objective": True},
 )
 
-# SpanBERT: the official README command (RECIPES.md §3): lr 1e-4, 10k warmup, polynomial decay (power 1, to ~0:
-# transformers' "polynomial" ends at 1e-7), Adam eps 1e-8 (fairseq's default betas 0.9/0.999), wd 0.01, clip 1.0,
+# SpanBERT: the official README command (docs/recipes/spanbert.md): lr 1e-4, 10k warmup, polynomial decay (power 1,
+# to ~0: transformers' "polynomial" ends at 1e-7), Adam eps 1e-8 (fairseq's default betas 0.9/0.999), wd 0.01, clip 1.0,
 # 2.4M updates of ≈256 blocks of 512 tokens.
 SPANBERT_TRAINING = {
     "learning_rate": 1e-4,

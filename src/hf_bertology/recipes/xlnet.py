@@ -33,7 +33,7 @@ VARIANT = Variant(
 )
 
 # XLNet: Yang et al. (paper, Large: batch 8192, 500k steps, lr 4e-4, warmup 40k, linear decay, Adam eps 1e-6, wd 0.01)
-# and zihangdai/xlnet (clip 1.0) (RECIPES.md §6). The paper gives one schedule; base reuses it.
+# and zihangdai/xlnet (clip 1.0) (docs/recipes/xlnet.md). The paper gives one schedule; base reuses it.
 XLNET_TRAINING = {
     "learning_rate": 4e-4,
     "adam_beta1": 0.9,
