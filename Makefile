@@ -21,7 +21,7 @@ TASK ?= sst2
 DATA_DIR ?= ../shared/data/glue/SST-2
 GLUE_OUTPUT_DIR ?= runs/glue-$(TASK)
 
-.PHONY: install test test-slow test-gpu pretrain glue bench style quality clean
+.PHONY: install test test-slow test-gpu mutants pretrain glue bench style quality clean
 
 $(PY):
 	$(PYTHON) -m venv --system-site-packages $(VENV)
@@ -43,6 +43,11 @@ test-slow: $(STAMP)
 test-gpu: $(STAMP)
 	$(PY) -m pytest -q -m cuda tests
 
+# One-line mutations of the core (mutants/mutants.yaml), each run against the fast tests that must catch it;
+# ~8 min on 2 idle cores, so outside `make test`. Writes mutants/last_result.md.
+mutants: $(STAMP)
+	$(PY) mutants/run.py
+
 pretrain: $(STAMP)
 	$(PY) -m hf_bertology pretrain --recipe $(RECIPE) --output_dir $(OUTPUT_DIR) --max_steps $(MAX_STEPS) \
 		--per_device_train_batch_size $(BATCH_SIZE) \
@@ -57,12 +62,13 @@ bench: $(STAMP)
 	@for f in benchmarks/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
 style: $(STAMP)
-	$(PY) -m ruff format src tests examples benchmarks
-	$(PY) -m ruff check --fix src tests examples benchmarks
+	$(PY) -m ruff format src tests examples benchmarks utils
+	$(PY) -m ruff check --fix src tests examples benchmarks utils
 
 quality: $(STAMP)
-	$(PY) -m ruff format --check src tests examples benchmarks
-	$(PY) -m ruff check src tests examples benchmarks
+	$(PY) -m ruff format --check src tests examples benchmarks utils
+	$(PY) -m ruff check src tests examples benchmarks utils
+	$(PY) utils/check_copies.py
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .ruff_cache src/*.egg-info

@@ -4,9 +4,13 @@
 # The 128-token parts also profile 3 steps after the timed ones (`--profile 3`: device busy, time by kernel kind),
 # so that the step loop and the Trainer runs show where each spends its time.
 #   benchmarks/gpu.sh OUT_DIR [TEXT_FILE] [PART ...]
-#   PART: tests layouts layouts512 plain plain512 compiled compiled_loop large (default: all)
+#   PART: fixed tests layouts layouts512 plain plain512 compiled compiled_loop large (default: all)
 # A device command runs at most 10 minutes and brings back at most 8 files: run the parts in these calls, the
 # issue's targets first (each part writes 3 files; the CUDA tests 1):
+#   gpu.sh OUT TEXT fixed                     (est. 9 min: issue 28's new default, fixed-shape steps compiled as CUDA
+#                                              graphs, against the old dynamic padding-free step and plain
+#                                              transformers, one run each in fresh processes: BERT-base and
+#                                              ELECTRA-small, real tokens/s, x plain, MFU, peak memory)
 #   gpu.sh OUT TEXT compiled tests            (est. 7 min: ours compiled vs plain through a Trainer, the 1.8x, MFU and
 #                                              ELECTRA-small targets; the CUDA tests, 2 min on an H100 before)
 #   gpu.sh OUT TEXT plain compiled_loop       (est. 7 min: the same eager; the step alone compiled: what the Trainer costs)
@@ -18,7 +22,7 @@ set -uo pipefail
 out=${1:?usage: benchmarks/gpu.sh OUT_DIR [TEXT_FILE] [PART ...]}
 text=${2:-../shared/data/wikitext-2-raw/wiki.valid.raw}
 shift $(($# > 1 ? 2 : 1))
-parts=${*:-tests layouts layouts512 plain plain512 compiled compiled_loop large}
+parts=${*:-fixed tests layouts layouts512 plain plain512 compiled compiled_loop large}
 py=${PYTHON:-python3}
 $py -c "import hf_bertology" || { echo "gpu.sh: $py cannot import hf_bertology (set PYTHON or PYTHONPATH)"; exit 2; }
 mkdir -p "$out"
@@ -33,6 +37,7 @@ bench() {  # name, then step_cost.py flags
 }
 for part in $parts; do
   case $part in
+    fixed) bench fixed128_compiled --recipes bert-base,electra-small --seq_len 128 --batch_size 256 --steps 30 --vs_plain --fixed_shape --compile ;;
     tests) $py -m pytest -q -m cuda tests/test_gpu.py -p no:cacheprovider 2>&1 | tee "$out/cuda_tests.log" | tail -3
       [ "${PIPESTATUS[0]}" -eq 0 ] || failed=1 ;;
     layouts) bench layouts128 --recipes bert-base,roberta-base,electra-small,electra-base --seq_len 128 --batch_size 256 --steps 20 --profile 3 ;;

@@ -28,7 +28,9 @@ Trainer twice: ours (`BertologyTrainer`, our collator, padding-free, sparse head
 transformers (`BertForPreTraining` / `RobertaForMaskedLM` + `DataCollatorForLanguageModeling` + the stock
 `Trainer`), on the same examples, same batch, bf16, SDPA, fused AdamW, TF32. Real tokens/s and MFU (each model's
 counted FLOPs) are compared in the same run. Ours runs with `bertology pretrain`'s own defaults (no NaN filter,
-non-blocking batch copies on a GPU).
+non-blocking batch copies on a GPU). With `--fixed_shape` ours runs twice: `ours` as before (padding-free, dynamic
+shapes: the old default) and `ours (fixed shape)` (`--fixed_shape_batches`: a token budget of about the batch size in
+examples, static shapes; with `--compile` on a GPU, `torch_compile_mode="reduce-overhead"`: CUDA graphs).
 
 **Where the time goes** (`--profile N`, either mode): N more steps after the timed ones, under `torch.profiler` (so
 the timing is not disturbed; one more step before them warms the profiler up): the share of the wall time the GPU is
@@ -296,8 +298,9 @@ PLAIN_CLASSES = {"bert": "BertForPreTraining", "roberta": "RobertaForMaskedLM"}
 
 
 def measure_trainer(name: str, args: dict, which: str) -> dict:
-    """Runs in a fresh process: `args["steps"]` Trainer steps of ours (`which="ours"`) or of plain transformers
-    (`"plain"`: the family's transformers class + `DataCollatorForLanguageModeling` + `Trainer`), same examples."""
+    """Runs in a fresh process: `args["steps"]` Trainer steps of ours (`which="ours"`; `"fixed"`: fixed-shape
+    token-budget steps) or of plain transformers (`"plain"`: the family's transformers class +
+    `DataCollatorForLanguageModeling` + `Trainer`), same examples."""
     import tempfile
 
     import torch
@@ -378,7 +381,9 @@ def measure_trainer(name: str, args: dict, which: str) -> dict:
             bf16=cuda,
             tf32=cuda or None,
             optim="adamw_torch_fused",  # on a CPU too (torch >= 2.4): the stock default
-            torch_compile=bool(args["compile"]) and which == "ours",
+            torch_compile=bool(args["compile"]) and which != "plain",
+            # static shapes: the compiled step is captured as CUDA graphs
+            **({"torch_compile_mode": "reduce-overhead"} if which == "fixed" and args["compile"] and cuda else {}),
             save_strategy="no",
             logging_steps=10**9,
             report_to="none",
@@ -387,9 +392,13 @@ def measure_trainer(name: str, args: dict, which: str) -> dict:
             dataloader_num_workers=args["workers"],
             use_cpu=not cuda,
             disable_tqdm=True,
-            **(ours_defaults if which == "ours" else {}),
+            **(ours_defaults if which != "plain" else {}),
         )
         trainer = trainer_cls(model=model, args=training_args, train_dataset=examples, data_collator=collator)
+        if which == "fixed":
+            from hf_bertology.training.fixed_shape import use_fixed_shape
+
+            use_fixed_shape(trainer, seq_len)
         trainer.add_callback(Clock())
         if args["count_syncs"]:
             with syncs:
@@ -403,7 +412,8 @@ def measure_trainer(name: str, args: dict, which: str) -> dict:
     peak = device_peak(device_name) if cuda else None
     return {
         "recipe": name,
-        "which": which + (" (compiled)" if args["compile"] and which == "ours" else ""),
+        "which": {"fixed": "ours (fixed shape)"}.get(which, which)
+        + (" (compiled)" if args["compile"] and which != "plain" else ""),
         "device": device_name,
         "batch": f"{batch_size}×{seq_len}",
         "padding_free": isinstance(collator, PaddingFreeCollator),
@@ -530,6 +540,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--padded_only", action="store_true", help="time the padded layout only")
     parser.add_argument("--vs_plain", action="store_true", help="Trainer runs: ours vs plain transformers")
     parser.add_argument("--workers", type=int, default=4, help="DataLoader workers of --vs_plain runs")
+    parser.add_argument("--fixed_shape", action="store_true", help="--vs_plain: also ours with fixed-shape steps")
     parser.add_argument("--count_syncs", action="store_true", help="--vs_plain: count host syncs per step (untimed)")
     parser.add_argument("--profile", type=int, default=0, help="profile this many more steps (where the time goes)")
     parser.add_argument("--json", help="also write the rows to this file")
@@ -554,7 +565,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.vs_plain:
             from hf_bertology.recipes import get_recipe
 
-            runs = ["ours"] + (["plain"] if get_recipe(name).variant in PLAIN_CLASSES else [])
+            runs = ["ours"] + (["fixed"] if args.fixed_shape else [])
+            runs += ["plain"] if get_recipe(name).variant in PLAIN_CLASSES else []
             measured = [run_in_fresh_process(measure_trainer, name, settings, which) for which in runs]
         else:
             measured = run_in_fresh_process(measure, name, settings)

@@ -59,10 +59,8 @@ def one_step(case: dict, output_dir: str, wrap: str = "ddp") -> dict:
     # Dropout off: it draws per row, so half batches would see other masks than the whole batch.
     config = hb.get_recipe(case["recipe"]).config.to_dict()
     no_dropout = {k: 0.0 for k, v in config.items() if "dropout" in k and isinstance(v, float)}
-    if "sampling_temperature" in config:
-        # ELECTRA samples replacements with Gumbel noise drawn per row, like dropout; at a vanishing temperature
-        # the sample is the generator's argmax, the same whether a row sits in a half or in the whole batch.
-        no_dropout["sampling_temperature"] = 1e-6
+    # RTD samples replacements at the recipe's temperature (1): the Gumbel noise is keyed by the collator's
+    # per-token `sample_keys`, so a row samples alike in a half batch and in the whole one.
     recipe = hb.get_recipe(case["recipe"], **no_dropout)
     tokenizer = AutoTokenizer.from_pretrained(case["tokenizer"])
     recipe.adapt_to_tokenizer(tokenizer)
@@ -117,6 +115,7 @@ def one_step(case: dict, output_dir: str, wrap: str = "ddp") -> dict:
     missing = [n for n, p in trainer.model.named_parameters() if (p.grad is None) != (ref_grads[n].grad is None)]
     return {
         "recipe": case["recipe"],
+        "sampling_temperature": getattr(recipe.config, "sampling_temperature", None),
         "count_diff": count_diff,
         # The Trainer scales each process's loss by the number of processes (counts are global): their mean is
         # the loss of the whole batch.

@@ -74,3 +74,30 @@ def no_dropout(recipe: str) -> dict:
     refused."""
     config = hb.get_recipe(recipe).config
     return {key: 0.0 for key, value in config.to_dict().items() if "dropout" in key and isinstance(value, float)}
+
+
+def assert_folder_reloads_alike(folder: Path, ours_class, plain_class, ours_logits: str, plain_logits: str) -> None:
+    """The folder a run wrote is complete: plain `transformers`' `plain_class` loads it with nothing missing, and
+    gives on a fixed input the same logits as our `ours_class` loaded from it (a tensor left out of the file would
+    be initialised afresh, differently, by each)."""
+    import torch
+
+    ours = ours_class.from_pretrained(folder).eval()
+    plain, info = plain_class.from_pretrained(folder, output_loading_info=True)
+    assert info["missing_keys"] == [] or info["missing_keys"] == set(), info["missing_keys"]
+    generator = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(5, ours.config.vocab_size, (2, 16), generator=generator)
+    with torch.no_grad():
+        expected = getattr(plain.eval()(input_ids=input_ids), plain_logits)
+        got = getattr(ours(input_ids=input_ids), ours_logits)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def assert_train_loss_is_the_logged_mean(metrics: dict, log_history: list[dict]) -> None:
+    """`train_loss` is the mean of the per-step losses the run logged (`logging_steps` 1; logs keep 4 digits)."""
+    import math
+
+    losses = [log["loss"] for log in log_history if "loss" in log]
+    assert losses and all(math.isfinite(loss) for loss in losses), losses
+    mean = sum(losses) / len(losses)
+    assert abs(metrics["train_loss"] - mean) <= 1e-3 * abs(mean), (metrics["train_loss"], losses)

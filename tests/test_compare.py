@@ -198,7 +198,8 @@ def test_compare_end_to_end_and_resume(compare_inputs, tmp_path, monkeypatch):
         assert saved["models"][name]["glue"]["sst2"] == finetuned
         assert saved["models"][name]["glue_average"] == pytest.approx(finetuned["eval_accuracy"])
     assert saved["models"]["random-init"]["pretrain"] is None
-    assert saved["models"]["random-init"]["glue_average"] is not None
+    floor = json.loads((out / "glue" / "random-init" / "sst2" / "all_results.json").read_text())
+    assert saved["models"]["random-init"]["glue_average"] == pytest.approx(floor["eval_accuracy"])
     assert results["models"]["bert-tiny"]["glue_average"] == saved["models"]["bert-tiny"]["glue_average"]
     # the pretrained folder is a plain-transformers checkpoint
     assert (out / "pretrain" / "bert-tiny" / "model.safetensors").is_file()
@@ -333,3 +334,31 @@ def test_no_glue_tasks_means_no_baseline():
     assert checked("--glue_tasks", "", "--baseline", "roberta-tiny")[2] is None
     with pytest.raises(BertologyError, match="must be one of --recipes"):
         checked("--glue_tasks", "", "--baseline", "albert-tiny")
+
+
+def test_random_init_baseline_is_not_the_pretrained_weights(tmp_path, bert_tokenizer):
+    """The floor of the comparison is a fresh initialisation of the architecture: no weight tensor of the
+    baseline equals the pretrained folder's (every tensor of the "pretrained" model here is moved off its
+    initial value, LayerNorms included), while the config and the tokenizer are the pretrained ones."""
+    from types import SimpleNamespace
+
+    from safetensors.torch import load_file
+
+    from hf_bertology.evaluation.compare import make_baseline
+    from hf_bertology.hub import save_folder
+
+    recipe = get_recipe("bert-tiny", vocab_size=len(bert_tokenizer))
+    torch.manual_seed(1)
+    pretrained = recipe.build_model()
+    with torch.no_grad():
+        for param in pretrained.parameters():
+            param.add_(torch.randn_like(param))
+    source = tmp_path / "pretrain" / "bert-tiny"
+    save_folder(pretrained, bert_tokenizer, source)
+    baseline = make_baseline(SimpleNamespace(output_dir=str(tmp_path), seed=0), "bert-tiny")
+    theirs, ours = load_file(source / "model.safetensors"), load_file(baseline / "model.safetensors")
+    assert ours.keys() == theirs.keys()
+    same = [key for key in ours if torch.equal(ours[key], theirs[key])]
+    assert same == [], same
+    assert json.loads((baseline / "config.json").read_text()) == json.loads((source / "config.json").read_text())
+    assert (baseline / "tokenizer.json").read_text() == (source / "tokenizer.json").read_text()

@@ -231,6 +231,83 @@ def test_sharing_modes_on_another_encoder(tmp_path, corpus, tokenizers):
     torch.testing.assert_close(state["roberta.embeddings.word_embeddings.weight"], expected)
 
 
+@pytest.mark.parametrize("backbone", ["bert", "roberta", "albert", "electra", "modernbert"])
+def test_deberta_v3_objective_uses_debertas_cls_head(backbone):
+    """The DeBERTa-v3 objective's discriminator head is its own `mask_predictions` (microsoft/DeBERTa
+    replaced_token_detection_model.py:41-49: LayerNorm(h_[CLS] + h_i) -> dense -> act -> logit), not ELECTRA's;
+    checked against torch.nn.functional. ELECTRA's objective keeps ELECTRA's head."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    model = get_recipe("deberta-v3-tiny", backbone=backbone).build_model().eval()
+    assert not hasattr(model, "discriminator_predictions")
+    head = model.mask_predictions
+    hidden = torch.randn(2, 5, model.config.hidden_size, generator=torch.Generator().manual_seed(0))
+    states = F.layer_norm(
+        hidden[:, :1] + hidden, hidden.shape[-1:], head.LayerNorm.weight, head.LayerNorm.bias, head.LayerNorm.eps
+    )
+    states = head.transform_act_fn(F.linear(states, head.dense.weight, head.dense.bias))
+    torch.testing.assert_close(head(hidden), F.linear(states, head.classifier.weight, head.classifier.bias)[..., 0])
+    electra = get_recipe("electra-tiny", backbone=backbone).build_model()
+    assert hasattr(electra, "discriminator_predictions") and not hasattr(electra, "mask_predictions")
+
+
+@pytest.mark.parametrize("backbone", ["bert", "roberta", "albert", "electra"])
+def test_gdes_shares_the_position_table_on_another_encoder(backbone, corpus, tokenizers):
+    """GDES shares the absolute position table as the word table (rtd_task.py:59-64,120-122): RTD trains Δ_P and not
+    P_G, MLM trains P_G and not Δ_P, the saved table is P_G + Δ_P and plain transformers' backbone reads the same."""
+    recipe, collator, features = setup(("deberta-v3", backbone), corpus, tokenizers)
+    torch.manual_seed(0)
+    model = recipe.build_model().train()
+    prefix = model.base_model_prefix
+    positions = model.generator.base_model.embeddings.position_embeddings.weight
+    assert not model.base_model.embeddings.position_embeddings.weight.requires_grad
+    batch = collator(features)
+    torch.manual_seed(1)
+    out = model(**batch)
+    out.rtd_loss.backward(retain_graph=True)
+    assert model.gdes_positions.delta.grad.any() and (positions.grad is None or not positions.grad.any())
+    model.zero_grad()
+    out.mlm_loss.backward()
+    assert positions.grad.any()
+    assert model.gdes_positions.delta.grad is None or not model.gdes_positions.delta.grad.any()
+    model.eval()
+    with torch.no_grad():
+        model.gdes_positions.delta.normal_(std=0.1)
+        model.gdes.delta.normal_(std=0.1)
+        hidden = model.discriminate(batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    state = model.state_dict()
+    torch.testing.assert_close(
+        state[f"{prefix}.embeddings.position_embeddings.weight"], positions + model.gdes_positions.delta
+    )
+    plain = type(model.base_model)(model.base_model.config).eval()  # the family's own class, fresh
+    plain.load_state_dict({k[len(prefix) + 1 :]: v for k, v in state.items() if k.startswith(f"{prefix}.")})
+    with torch.no_grad():
+        plain_hidden = plain(batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    torch.testing.assert_close(plain_hidden, hidden, atol=1e-5, rtol=1e-4)
+
+
+def test_a_familys_own_token_types_are_kept(caplog):
+    """No silent change of type_vocab_size: RoBERTa keeps 1 and DeBERTa 0 under objectives without segments; an
+    objective whose examples have two segments raises it to 2 and says so in one line."""
+    assert get_recipe("deberta-v3-tiny@roberta").config.type_vocab_size == 1
+    assert get_recipe("roberta-tiny@deberta").config.type_vocab_size == 0
+    assert get_recipe("deberta-v3-tiny@bert").config.type_vocab_size == 2  # BERT's own
+    from hf_bertology.utils import logger
+
+    logger.addHandler(caplog.handler)  # our logger may not propagate to the root (set_verbosity)
+    try:
+        with caplog.at_level("WARNING", logger="hf_bertology"):
+            assert get_recipe("electra-tiny@roberta").config.type_vocab_size == 2
+    finally:
+        logger.removeHandler(caplog.handler)
+    lines = sorted({r.getMessage() for r in caplog.records if "token type" in r.getMessage()})
+    assert lines == [
+        "electra-tiny@roberta: the electra_segments examples have two segments and roberta has 1 token type(s): type_vocab_size=2"
+    ]
+    assert get_recipe("electra-tiny@roberta", type_vocab_size=3).config.type_vocab_size == 3
+
+
 @pytest.mark.parametrize("cell", PACKABLE_CELLS, ids=cell_id)
 def test_cell_padding_free_equals_padded(cell, corpus, tokenizers):
     recipe, collator, features = setup(cell, corpus, tokenizers)

@@ -9,11 +9,13 @@ import textwrap
 
 import pytest
 import torch
+import torch.nn.functional as F
 from transformers import DebertaV2Model
 
 import hf_bertology as hb
 from hf_bertology.collators import DataCollatorForMaskedLM
 from hf_bertology.models.deberta_v3 import BertologyDebertaV3Config, BertologyDebertaV3ForPreTraining
+from platform_support import assert_train_loss_is_the_logged_mean
 
 VOCAB = 120
 TINY = dict(
@@ -85,7 +87,9 @@ def test_presets_follow_the_official_rtd_configs():
     assert (config.relative_attention, config.position_buckets, config.norm_rel_ebd) == (True, 256, "layer_norm")
     assert (config.share_att_key, config.pos_att_type, config.max_relative_positions) == (True, ["p2c", "c2p"], -1)
     assert (config.position_biased_input, config.type_vocab_size, config.layer_norm_eps) == (False, 0, 1e-7)
-    assert (config.discriminator_weight, config.mask_replace_prob, config.max_predictions_per_seq) == (50.0, 1.0, 80)
+    # λ = 10: rtd.sh sets no --rtd_lambda, whose default is 10 (rtd_task.py:392); the paper's 50 is not the script's
+    assert (config.discriminator_weight, config.mask_replace_prob, config.max_predictions_per_seq) == (10.0, 1.0, 80)
+    assert config.mask_positions == "window"
     training = hb.get_recipe("deberta-v3-base").training_defaults
     assert (training["learning_rate"], training["warmup_steps"], training["per_device_train_batch_size"]) == (
         1e-4,
@@ -96,8 +100,8 @@ def test_presets_follow_the_official_rtd_configs():
     assert hb.get_recipe("deberta-v3-tiny").config.max_predictions_per_seq == 10  # ceil(64 * 0.15 / 10) * 10
     with pytest.raises(ValueError, match="embedding_sharing"):
         BertologyDebertaV3Config(embedding_sharing="tied")
-    with pytest.raises(ValueError, match="position_biased_input"):
-        BertologyDebertaV3Config(position_biased_input=True)
+    with pytest.raises(ValueError, match="mask_positions"):
+        BertologyDebertaV3Config(mask_positions="random")
 
 
 @pytest.mark.parametrize(
@@ -173,7 +177,7 @@ def test_rtd_sends_nothing_into_generator_only_weights(sharing):
     out.rtd_loss.backward()
     assert all(not grad_of(p).any() for p in generator_only)
     assert all(grad_of(p).any() for p in model.mask_predictions.parameters())
-    assert torch.allclose(out.loss, out.mlm_loss + 50.0 * out.rtd_loss)
+    assert torch.allclose(out.loss, out.mlm_loss + 10.0 * out.rtd_loss)
     chosen = tiny_batch()["labels"].ne(-100)
     assert out.prediction_logits.shape == (int(chosen.sum()), VOCAB)  # sparse: chosen positions only
     assert not (out.replaced_input_ids == MASK_ID).any()
@@ -198,6 +202,122 @@ def test_accumulated_halves_equal_one_batch():
     assert torch.allclose(total, full.loss, atol=1e-5)
     for p, g in zip(model.parameters(), full_grads):
         assert torch.allclose(grad_of(p), g, atol=1e-5, rtol=1e-4)
+
+
+# -- the generator's enhanced mask decoder, the discriminator's head ------------------------------------------------
+
+
+def emd_reference(model, input_ids, attention_mask) -> torch.Tensor:
+    """The official `EnhancedMaskDecoder.emd_context_layer` (masked_language_model.py:51-82) step by step:
+    h = the last layer's input, q = z + h (z: the raw absolute position embeddings), then the last layer twice with
+    keys/values h, the query the previous output."""
+    deberta = model.generator.deberta
+    hidden = deberta(input_ids, attention_mask=attention_mask, output_hidden_states=True).hidden_states[-2]
+    z = deberta.embeddings.position_embeddings.weight[: input_ids.shape[1]][None]  # (1, T, H)
+    extended = attention_mask[:, None, None, :] * attention_mask[:, None, :, None]  # (B, 1, T, T)
+    layer, encoder = deberta.encoder.layer[-1], deberta.encoder
+    query = z + hidden
+    for _ in range(2):
+        query = layer(
+            hidden,
+            extended,
+            query_states=query,
+            relative_pos=encoder.get_rel_pos(hidden),
+            rel_embeddings=encoder.get_rel_embedding(),
+        )[0]
+    return query
+
+
+def test_generator_predicts_through_the_enhanced_mask_decoder():
+    """The generator's logits at the chosen positions are EMD's (not the last layer's), and EMD's position table
+    (`generator.deberta.embeddings.position_embeddings`, max_position_embeddings x H) is trained by the MLM loss."""
+    model = tiny_model("gdes")
+    table = model.generator.deberta.embeddings.position_embeddings.weight
+    assert table.shape == (model.config.max_position_embeddings, TINY["hidden_size"])
+    batch = tiny_batch()
+    chosen = batch["labels"].ne(-100)
+    torch.manual_seed(1)
+    out = model(**batch)
+    with torch.no_grad():
+        states = emd_reference(model, batch["input_ids"], batch["attention_mask"])[chosen]  # (M, H)
+        expected = model.generator.lm_predictions(states, model.generator.deberta.embeddings.word_embeddings)
+        plain = model.generator(batch["input_ids"], attention_mask=batch["attention_mask"]).logits[chosen]
+    assert torch.allclose(out.prediction_logits, expected, atol=1e-5)
+    assert not torch.allclose(out.prediction_logits, plain, atol=1e-3)  # the plain last layer is not what predicts
+    out.mlm_loss.backward()
+    assert grad_of(table)[: batch["input_ids"].shape[1]].any() and not grad_of(table)[30:].any()
+
+
+def test_rtd_head_matches_a_plain_torch_reference():
+    """`mask_predictions` is the official `LMMaskPredictionHead` (replaced_token_detection_model.py:41-49):
+    LayerNorm(h_[CLS] + h_i) -> dense -> GELU -> one logit, written here with torch.nn.functional only."""
+    head = tiny_model("gdes", seed=3).mask_predictions
+    torch.nn.init.normal_(head.LayerNorm.weight)  # not the identity, so the order of the steps shows
+    hidden = torch.randn(3, 7, TINY["hidden_size"], generator=torch.Generator().manual_seed(0))
+    states = F.layer_norm(
+        hidden[:, :1] + hidden, (TINY["hidden_size"],), head.LayerNorm.weight, head.LayerNorm.bias, 1e-7
+    )
+    states = F.gelu(F.linear(states, head.dense.weight, head.dense.bias))
+    expected = F.linear(states, head.classifier.weight, head.classifier.bias).squeeze(-1)  # (B, T)
+    assert torch.allclose(head(hidden), expected, atol=1e-6)
+
+
+def test_gdes_shares_the_position_table_where_the_discriminator_reads_one():
+    """rtd_task.py:59-64,120-122: under GDES the discriminator's position table is sg(P_G) + Δ_P too. With absolute
+    positions in the input (`position_biased_input=True`), RTD trains Δ_P and not P_G, MLM trains P_G and not Δ_P, and
+    the saved table is P_G + Δ_P, which plain `DebertaV2Model` reads to the same outputs."""
+    model = tiny_model("gdes", position_biased_input=True)
+    positions = model.generator.deberta.embeddings.position_embeddings.weight
+    slot = model.deberta.embeddings.position_embeddings.weight
+    assert not slot.requires_grad and not model.gdes_positions.delta.any()
+    batch = tiny_batch()
+    torch.manual_seed(1)
+    model(**batch).rtd_loss.backward()
+    assert grad_of(model.gdes_positions.delta).any() and not grad_of(positions).any()
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(1)
+    model(**batch).mlm_loss.backward()
+    assert grad_of(positions).any() and not grad_of(model.gdes_positions.delta).any()
+    with torch.no_grad():
+        model.gdes_positions.delta.normal_()
+        model.gdes.delta.normal_()
+        hidden = model.discriminate(batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    state = model.state_dict()
+    assert torch.equal(state["deberta.embeddings.position_embeddings.weight"], positions + model.gdes_positions.delta)
+    plain = DebertaV2Model(hb.models.deberta_v3.discriminator_config(model.config)).eval()
+    plain.load_state_dict({k[len("deberta.") :]: v for k, v in state.items() if k.startswith("deberta.")})
+    with torch.no_grad():
+        plain_hidden = plain(batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    assert torch.allclose(plain_hidden, hidden, atol=1e-5)
+
+
+def test_trainer_clips_generator_and_discriminator_apart(tmp_path):
+    """The official decoupled training clips each network's gradient norm on its own (rtd_task.py:265,351; one
+    XAdam each, max_grad_norm 1): a generator gradient 1000x the discriminator's leaves the discriminator's alone."""
+    from transformers import TrainingArguments
+
+    from hf_bertology.training.trainer import BertologyTrainer
+
+    model = tiny_model("gdes")
+    args = TrainingArguments(output_dir=str(tmp_path), max_grad_norm=1.0, report_to=[], use_cpu=True)
+    trainer = BertologyTrainer(model=model, args=args)
+    generator, discriminator = model.gradient_clipping_groups()
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert {id(p) for p in generator}.isdisjoint(id(p) for p in discriminator)
+    assert len(generator) + len(discriminator) == len(trainable)
+    assert all(any(p is q for q in discriminator) for p in (model.gdes.delta, *model.mask_predictions.parameters()))
+    gen = torch.Generator().manual_seed(0)
+    for group, norm in ((generator, 500.0), (discriminator, 0.5)):
+        grads = [torch.randn(p.shape, generator=gen) for p in group]
+        total = torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))
+        for p, g in zip(group, grads):
+            p.grad = g * (norm / total)
+    before = [p.grad.clone() for p in discriminator]
+    reported = trainer._clip_grad_norm(model)
+    assert torch.allclose(reported, torch.tensor((500.0**2 + 0.5**2) ** 0.5), rtol=1e-4)  # logged: the whole norm
+    assert all(torch.equal(p.grad, g) for p, g in zip(discriminator, before))  # under its own threshold: untouched
+    clipped = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in generator]))
+    assert torch.allclose(clipped, torch.tensor(1.0), rtol=1e-4)
 
 
 # -- saving: merged GDES table, plain transformers ------------------------------------------------------------------
@@ -228,6 +348,24 @@ def test_saved_gdes_table_is_the_merged_sum(tmp_path):
     hb.export_deberta_v3(tmp_path / "ckpt", tmp_path / "disc", "discriminator")
     exported = DebertaV2Model.from_pretrained(tmp_path / "disc")
     assert torch.allclose(exported.embeddings.word_embeddings.weight, merged)
+
+
+def test_a_checkpoint_from_before_emd_still_exports(tmp_path):
+    """A joint checkpoint written before the generator had EMD (no `generator.deberta.embeddings.position_embeddings`)
+    still exports both vanilla networks, equal to its weights."""
+    from safetensors.torch import load_file, save_file
+
+    model = trained_gdes_model()
+    model.save_pretrained(tmp_path / "ckpt")
+    weights = load_file(tmp_path / "ckpt" / "model.safetensors")
+    del weights["generator.deberta.embeddings.position_embeddings.weight"]
+    save_file(weights, tmp_path / "ckpt" / "model.safetensors", metadata={"format": "pt"})
+    hb.export_deberta_v3(tmp_path / "ckpt", tmp_path / "gen", "generator")
+    hb.export_deberta_v3(tmp_path / "ckpt", tmp_path / "disc", "discriminator")
+    generator = load_file(tmp_path / "gen" / "model.safetensors")
+    assert torch.equal(generator["deberta.embeddings.word_embeddings.weight"], weights[f"generator.deberta.{WORD}"])
+    discriminator = load_file(tmp_path / "disc" / "model.safetensors")
+    assert torch.equal(discriminator[WORD], weights[f"deberta.{WORD}"])
 
 
 PLAIN_TRANSFORMERS = """
@@ -319,6 +457,35 @@ def test_generator_input_is_all_mask_with_an_exact_count(tokenizer):
     assert (positions - 9 / 62).abs().max() < 0.04
 
 
+def test_positions_are_chosen_one_per_window_from_the_left(tokenizer):
+    """The official NGramMaskGenerator (mlm_task.py:57,74,78-96; rtd_task.py:145): one position per window of
+    int(1/0.15) = 6 candidates, uniform inside it, windows from the left until the count; the tail is never masked.
+    Length 64: 62 candidates, count round(64 * 0.15) = 10, so windows 0-9 (the first 60 candidates) get one each."""
+    recipe = hb.get_recipe("deberta-v3-tiny")
+    collator = recipe.build_collator(tokenizer, seed=0)
+    assert type(collator).__name__ == "DataCollatorForWindowMasking" and collator.window == 6
+    gen = torch.Generator().manual_seed(0)
+    low = len(tokenizer.all_special_ids)
+    body = torch.randint(low, len(tokenizer), (1600, 62), generator=gen).tolist()
+    batch = collator([{"input_ids": [tokenizer.cls_token_id, *row, tokenizer.sep_token_id]} for row in body])
+    chosen = batch["labels"].ne(-100)[:, 1:-1]  # (1600, 62) the candidates
+    assert (chosen.sum(1) == 10).all() and (
+        batch["input_ids"][batch["labels"].ne(-100)] == tokenizer.mask_token_id
+    ).all()
+    windows = chosen[:, :60].reshape(-1, 10, 6)  # (N, window, offset)
+    assert (windows.sum(2) == 1).all()  # exactly one per window
+    assert not chosen[:, 60:].any()  # the tail: never
+    offsets = windows.float().mean((0, 1))  # uniform inside the window: 1/6 each over 16k windows
+    assert (offsets - 1 / 6).abs().max() < 0.015
+    # A short row: 10 candidates -> windows of 6 and 4, count round(12 * 0.15) = 2: one in each
+    short = collator([{"input_ids": [tokenizer.cls_token_id, *body[0][:10], tokenizer.sep_token_id]}] * 400)
+    picked = short["labels"].ne(-100)[:, 1:-1]
+    assert (picked[:, :6].sum(1) == 1).all() and (picked[:, 6:].sum(1) == 1).all()
+    assert picked[:, 6:].float().mean(0).min() > 0.15  # the short window's 4 positions all drawn
+    uniform = DataCollatorForMaskedLM.from_config(recipe.config, tokenizer, seed=0)
+    assert uniform([{"input_ids": [1, *body[0], 2]}])["labels"].ne(-100).sum() == 10
+
+
 def test_pretrain_trains_saves_and_exports(tmp_path, corpus_file):
     from hf_bertology.cli import main as cli
     from hf_bertology.training.pretrain import main
@@ -328,8 +495,8 @@ def test_pretrain_trains_saves_and_exports(tmp_path, corpus_file):
     argv += ["--vocab_size", "300", "--max_train_samples", "8", "--per_device_train_batch_size", "8"]
     argv += ["--max_steps", "30", "--learning_rate", "3e-3", "--warmup_steps", "0", "--logging_steps", "1"]
     metrics = main([*argv, "--save_steps", "30", "--disable_tqdm", "true", "--use_cpu"])
-    assert metrics["train_loss"] > 0
     logs = json.loads((out / "checkpoint-30" / "trainer_state.json").read_text())["log_history"]
+    assert_train_loss_is_the_logged_mean(metrics, logs)
     losses = torch.tensor([[log["mlm_loss"], log["rtd_loss"], log["loss"]] for log in logs if "rtd_loss" in log])
     assert len(losses) == 30 and torch.isfinite(losses).all()
     first, last = losses[:5].mean(0), losses[-5:].mean(0)

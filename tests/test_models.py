@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
@@ -13,6 +10,7 @@ from transformers import BertForPreTraining, RobertaForMaskedLM
 
 import hf_bertology as hb
 from hf_bertology.hub import save_folder
+from model_tester import assert_loads_in_plain_transformers
 
 TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 37}
 
@@ -68,42 +66,11 @@ def test_roberta_loss_and_keys_equal_transformers():
     assert torch.allclose(a.logits, b.logits[labels.ne(-100)], atol=1e-5)
 
 
-def test_without_labels_logits_are_dense():
-    config = hb.BertologyBertConfig(vocab_size=50, **TINY)
-    out = hb.BertologyBertForPreTraining(config)(input_ids=torch.randint(5, 50, (2, 7)))
-    assert out.prediction_logits.shape == (2, 7, 50) and out.loss is None
-
-
 def test_decoder_is_tied_to_word_embeddings():
     model = hb.BertologyBertForPreTraining(hb.BertologyBertConfig(vocab_size=50, **TINY))
     assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
     model = hb.BertologyRobertaForPreTraining(hb.BertologyRobertaConfig(vocab_size=50, **TINY))
     assert model.lm_head.decoder.weight is model.roberta.embeddings.word_embeddings.weight
-
-
-LOAD_SCRIPT = textwrap.dedent(
-    """
-    import json, sys
-    sys.modules["hf_bertology"] = None  # hf_bertology cannot be imported in this process
-    import torch
-    import transformers
-    path, auto_name = sys.argv[1], sys.argv[2]
-    auto = getattr(transformers, auto_name)
-    plain, info = auto.from_pretrained(path, output_loading_info=True)
-    remote = auto.from_pretrained(path, trust_remote_code=True)
-    batch = torch.load(path + "/batch.pt")
-    with torch.no_grad():
-        a = plain.eval()(**batch)
-        b = remote.eval()(**batch)
-    logits = a.logits if hasattr(a, "logits") and a.logits is not None else a.prediction_logits
-    mine = b.logits if hasattr(b, "logits") and getattr(b, "logits", None) is not None else b.prediction_logits
-    print(json.dumps({
-        "plain": type(plain).__name__, "remote": type(remote).__name__,
-        "missing": sorted(info["missing_keys"]), "unexpected": sorted(info["unexpected_keys"]),
-        "logits": logits.tolist(), "remote_logits": mine.tolist(),
-    }))
-    """
-)
 
 
 @pytest.mark.parametrize(
@@ -128,20 +95,16 @@ def test_saved_folder_loads_in_plain_transformers(
     assert (tmp_path / f"modeling_{variant}.py").exists() and (tmp_path / f"configuration_{variant}.py").exists()
     assert not list(tmp_path.glob("*.bin"))
     batch = dict(tokenizer(["the cat sat on the mat .", "a dog"], return_tensors="pt", padding=True))
-    torch.save(batch, tmp_path / "batch.pt")
-    with torch.no_grad():
-        expected = model(**batch)
-    expected = expected.prediction_logits if variant == "bert" else expected.logits
-    run = subprocess.run(
-        [sys.executable, "-c", LOAD_SCRIPT, str(tmp_path), auto_name], capture_output=True, text=True, timeout=300
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    result = json.loads(run.stdout.strip().splitlines()[-1])
-    assert result["plain"] == plain_name
-    assert result["remote"] == type(model).__name__
     # RoBERTa folders also ship RobertaModel's pooler (for RobertaForMultipleChoice, issue 31), which
     # RobertaForMaskedLM has no place for, as with the released roberta-base; nothing else is extra
     pooler = ["roberta.pooler.dense.bias", "roberta.pooler.dense.weight"] if variant == "roberta" else []
-    assert result["missing"] == [] and sorted(result["unexpected"]) == pooler
-    assert torch.allclose(torch.tensor(result["logits"]), expected, atol=1e-5)
-    assert torch.allclose(torch.tensor(result["remote_logits"]), expected, atol=1e-5)
+    assert_loads_in_plain_transformers(
+        model,
+        tmp_path,
+        batch,
+        auto_name,
+        plain_name,
+        logits="prediction_logits" if variant == "bert" else "logits",
+        unexpected=pooler,
+        save=False,
+    )

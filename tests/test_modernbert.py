@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
@@ -14,6 +11,8 @@ from transformers import ModernBertForMaskedLM, ModernBertModel
 import hf_bertology as hb
 from hf_bertology.collators import DataCollatorForMaskedLM
 from hf_bertology.models.modernbert import BertologyModernBertConfig, BertologyModernBertForPreTraining
+from model_tester import assert_loads_in_plain_transformers
+from platform_support import assert_train_loss_is_the_logged_mean
 
 VOCAB = 120
 TINY = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=37)
@@ -71,42 +70,17 @@ def test_sparse_loss_equals_transformers_and_scales_with_the_step_count():
     assert torch.allclose(doubled, ours.loss / 2, atol=1e-6)  # a sum over the step's count, not a local mean
 
 
-PLAIN = """
-import sys
-sys.modules["hf_bertology"] = None
-import json, torch
-from transformers import AutoModelForMaskedLM
-ckpt, ids = sys.argv[1], torch.tensor(json.loads(sys.argv[2]))
-model, info = AutoModelForMaskedLM.from_pretrained(ckpt, output_loading_info=True)
-remote = AutoModelForMaskedLM.from_pretrained(ckpt, trust_remote_code=True)
-with torch.no_grad():
-    logits, remote_logits = model(ids).logits.tolist(), remote(input_ids=ids).logits.tolist()
-print(json.dumps({"class": type(model).__name__, "missing": sorted(info["missing_keys"]),
-                  "unexpected": sorted(info["unexpected_keys"]), "logits": logits, "remote": type(remote).__name__,
-                  "remote_logits": remote_logits, "tied": model.decoder.weight is model.model.embeddings.tok_embeddings.weight}))
-"""
-
-
 def test_plain_transformers_loads_it_with_equal_logits(tmp_path):
     model = tiny_model()
     ids = torch.randint(5, VOCAB, (2, 10), generator=torch.Generator().manual_seed(0))
-    model.save_pretrained(tmp_path / "ckpt")
-    (tmp_path / "plain.py").write_text(textwrap.dedent(PLAIN))
-    run = subprocess.run(
-        [sys.executable, str(tmp_path / "plain.py"), str(tmp_path / "ckpt"), json.dumps(ids.tolist())],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"},
+    assert_loads_in_plain_transformers(
+        model,
+        tmp_path / "ckpt",
+        {"input_ids": ids},
+        "AutoModelForMaskedLM",
+        "ModernBertForMaskedLM",
+        ties=[("decoder.weight", "model.embeddings.tok_embeddings.weight")],
     )
-    assert run.returncode == 0, run.stderr[-3000:]
-    result = json.loads(run.stdout.strip().splitlines()[-1])
-    assert result["class"] == "ModernBertForMaskedLM" and result["missing"] == [] and result["unexpected"] == []
-    assert result["tied"] and result["remote"] == "BertologyModernBertForPreTraining"
-    with torch.no_grad():
-        ours = model(input_ids=ids).logits
-    assert torch.allclose(torch.tensor(result["logits"]), ours, atol=1e-5)
-    assert torch.allclose(torch.tensor(result["remote_logits"]), ours, atol=1e-5)
 
 
 @pytest.fixture(scope="module")
@@ -144,8 +118,8 @@ def test_pretrain_packs_without_padding_and_learns(tmp_path, corpus_file):
     argv += ["--vocab_size", "300", "--max_train_samples", "8", "--per_device_train_batch_size", "8"]
     argv += ["--max_steps", "30", "--learning_rate", "3e-3", "--warmup_steps", "0", "--logging_steps", "1"]
     metrics = main([*argv, "--save_steps", "30", "--disable_tqdm", "true", "--use_cpu"])
-    assert metrics["train_loss"] > 0
     logs = json.loads((out / "checkpoint-30" / "trainer_state.json").read_text())["log_history"]
+    assert_train_loss_is_the_logged_mean(metrics, logs)
     losses = torch.tensor([log["mlm_loss"] for log in logs if "mlm_loss" in log])
     assert len(losses) == 30 and torch.isfinite(losses).all()
     assert losses[-5:].mean() < losses[:5].mean() - 0.5  # the same 8 packed blocks

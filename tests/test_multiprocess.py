@@ -65,6 +65,7 @@ def check(results: list[dict], recipes: list[str] | None = None) -> None:
         assert result["loss_diff"] <= TOLERANCE * max(1.0, abs(result["loss"])), result
         assert result["grad_diff"] <= TOLERANCE, result
         assert result["pretrain_status"] == 0, result
+        assert result["sampling_temperature"] in (None, 1.0), result  # RTD at the real temperature
 
 
 def test_torchrun_two_processes_equal_one(tmp_path):

@@ -101,3 +101,13 @@ def test_two_processes_stream_any_corpus(tmp_path):
     single[single.index("--per_device_train_batch_size") + 1] = "8"
     reference = pretrain.main(single)
     assert job["tokens_seen"] == reference["tokens_seen"] > 0, (job, reference)
+
+
+def test_stream_ids_are_distinct_across_processes_that_count_their_own_shares():
+    """Two processes reading their own shares of a stream both count positions from 0 (`scale_out`): the example
+    ids that key the masks must still differ, else example k of each process is masked alike."""
+    from hf_bertology.training.trainer import EXAMPLE_ID, stream_position
+
+    ids = [stream_position({}, index, rank, 2)[EXAMPLE_ID] for rank in (0, 1) for index in range(50)]
+    assert len(set(ids)) == len(ids)
+    assert [stream_position({}, index)[EXAMPLE_ID] for index in range(5)] == list(range(5))  # one process: positions

@@ -125,3 +125,64 @@ def test_component_losses_are_logged_in_evaluation(tmp_path):
     for name in ("mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy"):
         assert metrics[f"eval_{name}"] == pytest.approx(getattr(out, name).item(), abs=1e-4), name
     assert metrics["eval_loss"] == pytest.approx(metrics["eval_mlm_loss"] + metrics["eval_nsp_loss"], abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    "recipe_name",
+    [
+        "bert-tiny",
+        "roberta-tiny",
+        "spanbert-tiny",
+        "albert-tiny",
+        "electra-tiny",
+        "deberta-v3-tiny",
+        "modernbert-tiny",
+    ],
+)
+def test_every_family_accumulates_to_one_big_batch_through_the_trainer(recipe_name, tmp_path, corpus_file):
+    """8 examples as one batch, or as 2 accumulated batches of 4, through `BertologyTrainer` with the family's own
+    collator (masks keyed by example; RTD's sampling noise keyed by token, at temperature 1): the same logged
+    losses and the same gradients. Batches of 4 are padded to their own longest row, so padding differs too."""
+    from hf_bertology.data import build_pretraining_dataset, load_corpus, tokenize_corpus
+    from platform_support import no_dropout
+
+    recipe = hb.get_recipe(recipe_name, **no_dropout(recipe_name))
+    corpus = load_corpus(train_files=[str(corpus_file)])
+    tokenizer = recipe.train_tokenizer(corpus["text"], 300)
+    recipe.adapt_to_tokenizer(tokenizer)
+    recipe.fit_to_length(48)
+    examples = build_pretraining_dataset(tokenize_corpus(corpus, tokenizer), tokenizer, recipe.config, 48, 0)
+    examples = examples.select(range(8))
+    torch.manual_seed(0)
+    state = recipe.build_model().state_dict()
+    results = []
+    for batch_size, accumulation in ((8, 1), (4, 2)):
+        model = recipe.build_model()
+        model.load_state_dict(state)
+        catcher = GradientCatcher()
+        args = TrainingArguments(
+            output_dir=str(tmp_path / f"run{batch_size}"),
+            per_device_train_batch_size=batch_size,
+            gradient_accumulation_steps=accumulation,
+            max_steps=1,
+            max_grad_norm=0.0,
+            logging_steps=1,
+            save_strategy="no",
+            remove_unused_columns=False,
+            report_to=[],
+            seed=0,
+            disable_tqdm=True,
+            use_cpu=True,
+        )
+        collator = recipe.build_collator(tokenizer, seed=3)
+        trainer = BertologyTrainer(
+            model=model, args=args, train_dataset=examples, data_collator=collator, callbacks=[catcher]
+        )
+        trainer.train()
+        results.append((catcher.gradients, next(log for log in trainer.state.log_history if "loss" in log)))
+    (big_grads, big_logs), (acc_grads, acc_logs) = results
+    for key in [k for k in big_logs if k.endswith("loss")]:
+        assert acc_logs[key] == pytest.approx(big_logs[key], rel=1e-3, abs=1e-4), key
+    assert big_grads.keys() == acc_grads.keys()
+    for name, grad in big_grads.items():
+        torch.testing.assert_close(acc_grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)

@@ -4,6 +4,7 @@ across batches, segment layout, recipes, and the `bertology pretrain` smoke test
 from __future__ import annotations
 
 import json
+import math
 import random
 import subprocess
 import sys
@@ -261,7 +262,7 @@ def test_loss_equals_transformers_xlnet_lm_head(tokenizer):
     config = tiny_config(tokenizer)
     model = hb.BertologyXLNetForPreTraining(config).eval()
     reference = XLNetLMHeadModel(config).eval()
-    assert reference.load_state_dict(model.state_dict()) is not None
+    reference.load_state_dict(model.state_dict())  # strict: raises on any missing or unexpected key
     batch = collated(tokenizer, config, reuse_len=10)
     ours = model(**batch)
     inputs = {k: v for k, v in batch.items() if k != "labels"}
@@ -433,7 +434,7 @@ def test_pretrain_smoke_and_plain_loading(tmp_path):
             "--gradient_accumulation_steps", "2", "--logging_steps", "1", "--save_strategy", "no",
         ]
     )  # fmt: skip
-    assert metrics["train_loss"] > 0
+    assert math.isfinite(metrics["train_loss"])
     assert (output / "model.safetensors").exists() and (output / "modeling_xlnet.py").exists()
     assert "permutation LM" in (output / "README.md").read_text()
     model = hb.BertologyXLNetForPreTraining.from_pretrained(output).eval()

@@ -7,7 +7,12 @@ model = recipe.build_model()
 collator = recipe.build_collator(tokenizer)
 """
 
-from .collators import DataCollatorForMaskedLM, DataCollatorForPermutationLM, DataCollatorForSpanMasking
+from .collators import (
+    DataCollatorForMaskedLM,
+    DataCollatorForPermutationLM,
+    DataCollatorForSpanMasking,
+    DataCollatorForWindowMasking,
+)
 from .export import export_composed, export_deberta_v3, export_electra, export_part
 from .models.albert import BertologyAlbertConfig, BertologyAlbertForPreTraining
 from .models.bert import BertologyBertConfig, BertologyBertForPreTraining
@@ -43,6 +48,7 @@ __all__ = [
     "BertologySpanBertForPreTraining",
     "DataCollatorForMaskedLM",
     "DataCollatorForSpanMasking",
+    "DataCollatorForWindowMasking",
     "BertologyXLNetConfig",
     "BertologyXLNetForPreTraining",
     "DataCollatorForPermutationLM",

@@ -24,7 +24,12 @@ from typing import Any
 from huggingface_hub.errors import StrictDataclassError
 from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
-from .collators import DataCollatorForMaskedLM, DataCollatorForPermutationLM, DataCollatorForSpanMasking
+from .collators import (
+    DataCollatorForMaskedLM,
+    DataCollatorForPermutationLM,
+    DataCollatorForSpanMasking,
+    DataCollatorForWindowMasking,
+)
 from .data.vocab import train_tokenizer
 from .models.albert import BertologyAlbertConfig, BertologyAlbertForPreTraining
 from .models.bert import BertologyBertConfig, BertologyBertForPreTraining
@@ -152,7 +157,7 @@ VARIANTS: dict[str, Variant] = {
         "deberta-v3",
         BertologyDebertaV3Config,
         BertologyDebertaV3ForPreTraining,
-        DataCollatorForMaskedLM,
+        DataCollatorForWindowMasking,  # one position per 6-token window (official NGramMaskGenerator)
         "unigram",
         tokenizer_class="DebertaV2Tokenizer",
         plain_auto_class="AutoModel",
@@ -418,7 +423,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 # DeBERTa-v3: microsoft/DeBERTa experiments/language_model (rtd.sh, rtd_*.json, DeBERTa/optims/args.py): Adam
 # β (0.9, 0.999), ε 1e-6, wd 0.01, clip 1.0, linear warmup (10k steps) then linear decay (`warmup_linear`), 1M steps
 # at length 512; lr 1e-4 at batch 256 (base, large; small has no from-scratch entry and takes base's), 3e-4 at batch
-# 64 (xsmall). Loss MLM + 50 RTD (paper). Sizes: heads of 64, FFN 4H; generator = half the depth, same width.
+# 64 (xsmall). Loss MLM + 10 RTD (rtd_task.py --rtd_lambda default; the paper says 50). Sizes: heads of 64, FFN 4H;
+# generator = half the depth, same width. Every number with its source file and line: docs/recipes/deberta_v3.md.
 DEBERTA_V3_TRAINING = {
     "adam_beta1": 0.9,
     "adam_beta2": 0.999,
@@ -596,6 +602,8 @@ BACKBONES: dict[str, Backbone] = {
     "deberta": Backbone("deberta", "deberta-v2", "deberta-v3", packable=False),  # DeBERTa-v2 classes, v3 settings
     "modernbert": Backbone("modernbert", "modernbert", "modernbert", packable=False),
 }
+# Input formats whose examples carry segment B (token type 1): NSP/SOP pairs, ELECTRA's two segments.
+SEGMENT_FORMATS = ("nsp_pairs", "sop_pairs", "electra_segments")
 BACKBONE_ALIASES = {"deberta-v2": "deberta", "deberta-v3": "deberta"}
 SIZE_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
 # Set by the tokenizer (adapt_to_tokenizer) or by transformers, never taken from another preset.
@@ -691,8 +699,6 @@ def _compose(name: str, variant: Variant, backbone_name: str, overrides: dict[st
         if key in family_fields:  # the objective's tokenizer family (adapt_to_tokenizer sets the real ids)
             values[key] = getattr(objective_config, key, None)
     max_seq_length = preset["data"].get("max_seq_length", SMALL_DATA.get(size, {}).get("max_seq_length", 128))
-    if "type_vocab_size" in family_fields:  # segment B of NSP/SOP pairs and ELECTRA's segments
-        values["type_vocab_size"] = max(values.get("type_vocab_size") or 0, 2)
     if "max_position_embeddings" in family_fields:  # RoBERTa's positions start after the padding index
         needed = max_seq_length + (2 if backbone.model_type == "roberta" else 0)
         values["max_position_embeddings"] = max(values.get("max_position_embeddings") or 0, needed)
@@ -705,6 +711,18 @@ def _compose(name: str, variant: Variant, backbone_name: str, overrides: dict[st
             values["input_format"] = SENTENCE_FORMATS.get(task, values["input_format"])
         elif values["input_format"] in SENTENCE_FORMATS.values():
             values["input_format"] = "full_sentences"
+    if "type_vocab_size" in family_fields and values["input_format"] in SEGMENT_FORMATS:
+        own = values.get("type_vocab_size") or 0  # the family's own (RoBERTa 1, DeBERTa-v3 0); kept otherwise
+        if own < 2 and "type_vocab_size" not in overrides:
+            logger.warning(
+                "%s@%s: the %s examples have two segments and %s has %d token type(s): type_vocab_size=2",
+                name,
+                backbone.name,
+                values["input_format"],
+                backbone.name,
+                own,
+            )
+            values["type_vocab_size"] = 2
     if values.get("sentence_task") is not None and "type_vocab_size" not in family_fields:
         raise BertologyError(
             f"{values['sentence_task']} needs token types (segment embeddings) and {backbone.name} has none; "

@@ -133,6 +133,14 @@ class Draws:
         bits = _mix64(keys + (counter + np.uint64(stream << 32)) * _GOLDEN)
         return torch.from_numpy((bits >> np.uint64(11)).astype(np.float64) * 2.0**-53)
 
+    def token_keys(self, stream: int, length: int) -> torch.Tensor:
+        """`(B, length)` int64: the 64-bit key of each row and position that `uniform` maps to a float, handed to
+        the model for draws it makes itself (ELECTRA's generator samples its replacements with noise keyed by
+        them), so those too depend on (seed, epoch, example, position) only, not on the batch or the process."""
+        keys = self.keys.numpy().view(np.uint64)[:, None]  # (B, 1)
+        counter = np.arange(length, dtype=np.uint64)[None, :]
+        return torch.from_numpy(_mix64(keys + (counter + np.uint64(stream << 32)) * _GOLDEN).view(np.int64))
+
     def integers(self, stream: int, counters: int | torch.Tensor, high: int | torch.Tensor) -> torch.Tensor:
         """`(B, n)` int64 uniform in `[0, high)` (`high`: an int or a tensor broadcast against the result)."""
         return (self.uniform(stream, counters) * high).long()

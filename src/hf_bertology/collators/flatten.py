@@ -84,10 +84,12 @@ def flatten_batch(batch: dict[str, torch.Tensor]) -> dict[str, Any]:
         flat["position_ids"] = positions.unsqueeze(0)  # (1, T)
         flat["cu_seq_lens_q"] = flat["cu_seq_lens_k"] = cu_seqlens
         flat["max_length_q"] = flat["max_length_k"] = longest
-        # Where each token sits in a (B, longest) layout, for attention kernels without variable lengths (the CPU):
-        # computed here once per batch rather than in every layer (and `bucketize` does not compile on every torch).
+        # Where each token sits in a (B, longest) layout and which keys are real there, for attention kernels
+        # without variable lengths (the CPU): computed here once per batch rather than in every layer (and
+        # `bucketize` does not compile on every torch).
         slots = torch.arange(rows)[:, None] * longest + torch.arange(width)[None, :]  # (B, L)
         flat["packed_slots"] = slots[real]  # (T,)
+        flat["packed_key_mask"] = torch.arange(longest)[None, :] < lengths[:, None]  # (B, longest): the real keys
     flat["attention_mask"] = torch.ones_like(flat["position_ids"])  # counts only: every token is real
     if any(key in batch for key in TARGET_POSITIONS.values()):  # they index the padded layout: index the flat one
         add_target_positions(flat)
@@ -117,6 +119,7 @@ def document_units(starts: torch.Tensor) -> dict[str, Any]:
         "max_length_q": longest,
         "max_length_k": longest,
         "packed_slots": document * longest + positions,
+        "packed_key_mask": torch.arange(longest)[None, :] < lengths[:, None],  # (D, longest): the real keys
     }
 
 

@@ -28,7 +28,7 @@ from .base import (
 )
 
 # Streams of `Draws`: one per use, so that the draws of one position for two uses are independent.
-CHOOSE, TREATMENT, REPLACEMENT = 1, 2, 3
+CHOOSE, TREATMENT, REPLACEMENT, SAMPLING = 1, 2, 3, 4
 
 
 def rank_within_rows(scores: torch.Tensor) -> torch.Tensor:
@@ -97,6 +97,9 @@ class DataCollatorForMaskedLM(ExampleSeeded):
     Input features: dicts with `input_ids` (list of ints, special tokens included) and optionally `token_type_ids`,
     `word_starts`, `example_id` (not passed on), and per-example labels (`next_sentence_label`, ...) that are passed through.
     Output: `input_ids`, `attention_mask`, `labels` (-100 where nothing is predicted), and the pass-through keys.
+    With `return_sample_keys=True` (set by `from_config` for replaced-token detection), also `sample_keys` `(B, L)`
+    int64: a key per token from the same (seed, epoch, example id, position) draws, from which the generator builds
+    its Gumbel sampling noise, so that two processes sample what one process would for the same examples.
     """
 
     tokenizer: PreTrainedTokenizerBase
@@ -109,6 +112,7 @@ class DataCollatorForMaskedLM(ExampleSeeded):
     pad_to_multiple_of: int | None = None
     seed: int | None = None
     return_tensors: str = "pt"
+    return_sample_keys: bool = False
     _random: RandomSource = field(init=False, repr=False)
 
     def __post_init__(self):
@@ -138,6 +142,10 @@ class DataCollatorForMaskedLM(ExampleSeeded):
         names = ("mlm_probability", "max_predictions_per_seq", "mask_replace_prob", "random_replace_prob")
         names += ("whole_word_mask", "masking_draw")
         kwargs = {name: getattr(config, name) for name in names if hasattr(config, name)}
+        # replaced-token detection (ELECTRA, DeBERTa-v3, composed RTD cells): the generator's noise is keyed too
+        kwargs["return_sample_keys"] = bool(
+            getattr(config, "replaced_token_detection", hasattr(config, "discriminator_weight"))
+        )
         kwargs.update(overrides)
         return cls(tokenizer=tokenizer, **kwargs)
 
@@ -160,6 +168,8 @@ class DataCollatorForMaskedLM(ExampleSeeded):
         chosen = self.choose(input_ids, attention, candidates, word_starts, draws)
         batch["labels"] = torch.where(chosen, input_ids, -100)
         batch["input_ids"] = self.corrupt(input_ids, chosen, draws)
+        if self.return_sample_keys:
+            batch["sample_keys"] = draws.token_keys(SAMPLING, input_ids.shape[1])
         return batch
 
     def choose(

@@ -36,36 +36,46 @@ PACKED_ATTENTION = "sdpa_packed"
 PACKED_IMPLEMENTATIONS = (PACKED_ATTENTION, "flash_attention_2", "flash_attention_3", "flash_attention_4")
 
 
-def _repad_sdpa(query, key, value, cu_seqlens, max_len, dropout, scaling, slots=None, window=None):
+def _repad_sdpa(query, key, value, cu_seqlens, max_len, dropout, scaling, slots=None, key_mask=None, window=None):
     """SDPA over each example of a flat `(1, H, T, D)` batch: scatter into `(B, H, max_len, D)`, attend, gather.
 
-    `slots` (`(T,)`): each token's place `row * max_len + col` (the collator's `packed_slots`); else derived here.
-    `window`: keys at most this far from the query (ModernBERT's local layers), else every key of the example.
+    `slots` (`(T,)`): each token's place `row * max_len + col` (the collator's `packed_slots`); `key_mask`
+    (`(B, max_len)`): the real keys of each example (the collator's `packed_key_mask`); else both derived here, in
+    every layer. `window`: keys at most this far from the query (ModernBERT's local layers), else every key of the
+    example.
     """
     _, heads, total, dim = query.shape
     rows = cu_seqlens.numel() - 1
-    cu = cu_seqlens.to(torch.long)
-    if slots is None:
+    if slots is None or key_mask is None:
+        cu = cu_seqlens.to(torch.long)
         token = torch.arange(total, device=cu.device)
         row = torch.bucketize(token, cu[1:], right=True)  # (T,) example of every token
         slots = row * max_len + (token - cu[row])
+        key_mask = packed_key_mask(cu_seqlens, max_len)
     slots = slots.to(query.device)
-    lengths = cu[1:] - cu[:-1]
-    col = torch.arange(max_len, device=cu.device)
-    keep = (col[None, :] < lengths[:, None])[:, None, None, :]  # (B, 1, 1, max_len)
+    keep = key_mask.to(query.device)[:, None, None, :]  # (B, 1, 1, max_len)
     if window is not None:
+        col = torch.arange(max_len, device=query.device)
         keep = keep & ((col[:, None] - col[None, :]).abs() <= window)  # (B, 1, max_len, max_len)
 
-    def pad(x):  # (1, H, T, D) -> (B, H, max_len, D)
-        out = x.new_zeros(rows * max_len, heads, dim)
-        out = out.index_copy(0, slots, x[0].transpose(0, 1))  # (T, H, D) into the slots
-        return out.view(rows, max_len, heads, dim).transpose(1, 2)
-
+    # q, k and v scattered together: one copy into the padded layout (and one back in the backward), not three
+    qkv = torch.cat((query, key, value)).transpose(1, 2)  # (3, T, H, D)
+    padded = qkv.new_zeros(3, rows * max_len, heads, dim).index_copy(1, slots, qkv)
+    padded_q, padded_k, padded_v = padded.view(3, rows, max_len, heads, dim).transpose(2, 3).unbind(0)
     out = F.scaled_dot_product_attention(
-        pad(query), pad(key), pad(value), attn_mask=keep, dropout_p=dropout, scale=scaling
+        padded_q, padded_k, padded_v, attn_mask=keep, dropout_p=dropout, scale=scaling
     )  # (B, H, max_len, D)
     out = out.transpose(1, 2).reshape(rows * max_len, heads, dim)[slots]  # (T, H, D)
     return out.unsqueeze(0)  # (1, T, H, D)
+
+
+def packed_key_mask(cu_seqlens: torch.Tensor, max_len: int) -> torch.Tensor:
+    """`(B, max_len)`: True at the real keys of each example in the re-padded layout. An empty example (fixed-shape
+    batches pad `cu_seqlens` with them) keeps one zero slot, never gathered: a row with no key at all would be NaN,
+    and NaN times a zero gradient is still NaN."""
+    lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).to(torch.long)
+    columns = torch.arange(max_len, device=cu_seqlens.device)[None, :]
+    return (columns < lengths[:, None]) | (columns == 0)
 
 
 def _flash_varlen(query, key, value, cu_seqlens, max_len, dropout, scaling, window=None):
@@ -131,8 +141,8 @@ def packed_attention_forward(
     window = None if sliding_window is None else int(sliding_window) - 1
     if flash_varlen_applies(query):
         return _flash_varlen(query, key, value, cu_seqlens, max_len, dropout, scaling, window), None
-    slots = kwargs.get("packed_slots")
-    return _repad_sdpa(query, key, value, cu_seqlens, max_len, dropout, scaling, slots, window), None
+    slots, key_mask = kwargs.get("packed_slots"), kwargs.get("packed_key_mask")
+    return _repad_sdpa(query, key, value, cu_seqlens, max_len, dropout, scaling, slots, key_mask, window), None
 
 
 def register_packed_attention() -> str:
@@ -208,6 +218,7 @@ __all__ = [
     "PACKED_IMPLEMENTATIONS",
     "default_attention",
     "packed_attention_forward",
+    "packed_key_mask",
     "register_packed_attention",
     "set_attention",
     "use_padding_free",

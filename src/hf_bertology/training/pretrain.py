@@ -152,6 +152,14 @@ class DataArguments:
             "except with --streaming or an --attn_implementation that reads padded batches only."
         },
     )
+    fixed_shape_batches: bool = field(
+        default=False,
+        metadata={
+            "help": "Padding-free steps of one fixed shape: a token budget of about per_device_train_batch_size "
+            "examples, filled by best-fit packing, so a compiled step never recompiles and can be a CUDA graph "
+            "(docs/speed.md). Needs padding-free batches and a map-style dataset."
+        },
+    )
 
 
 # TrainingArguments defaults that suit pretraining (a flag or the recipe still wins).
@@ -872,6 +880,10 @@ def train_in_folder(model_args, data_args, training_args, recipe: Recipe, callba
     trainer, push_args = build_trainer(
         recipe, model, tokenizer, collator, train_dataset, eval_dataset, training_args, callbacks
     )
+    if data_args.fixed_shape_batches:
+        from .fixed_shape import use_fixed_shape
+
+        use_fixed_shape(trainer, max_seq_length)
     metrics = train_and_evaluate(trainer, resume_from)
     write_outputs(trainer, recipe, data_args, metrics, push_args)
     return metrics

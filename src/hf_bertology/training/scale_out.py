@@ -7,9 +7,11 @@ with bert-mini, any corpus whose examples are not all full-length. With `dispatc
 every process its own share of the stream instead (`datasets`' file shards when there are enough, else every
 `num_processes`-th batch, `IterableDatasetShard`): disjoint data, any batch shapes, no broadcast.
 
-Streamed examples carry no example id, so their masks come from torch's global generator, which the Trainer seeds
-identically on every process: `DistinctProcessDraws` reseeds it per process when training begins (before a resume
-restores each process's own saved state), so two processes never draw the same masks for their different examples.
+A streamed example's masks are keyed by its id (`trainer.stream_position`: its position in the stream, interleaved
+with the DataLoader worker and the process's rank, so that processes counting their own shares from 0 never share an
+id). Draws that are not keyed by an example come from torch's global generator, which the Trainer seeds identically
+on every process: `DistinctProcessDraws` reseeds it per process when training begins (before a resume restores each
+process's own saved state), so two processes never draw the same of those either.
 """
 
 from __future__ import annotations

@@ -56,6 +56,13 @@ And two for speed on a GPU:
    away at the second batch for a dynamic one (`automatic_dynamic_shapes`). We ask accelerate's dynamo plugin for
    dynamic shapes at once (`dynamic=True`) unless the user set it (`ACCELERATE_DYNAMO_USE_DYNAMIC`): one compilation
    instead of two (inductor on a 2-core CPU, bert-mini padding-free: 20 s before the first step instead of 48 s).
+
+And one for joint models:
+
+8. **Parts clipped apart.** A model with `gradient_clipping_groups()` (DeBERTa-v3: generator, discriminator) has
+   each group's gradient norm clipped to `max_grad_norm` on its own, as the official decoupled training's two
+   optimizers do (microsoft/DeBERTa `rtd_task.py:265,351`), so a large generator gradient no longer shrinks the
+   discriminator's step. The logged `grad_norm` stays the whole model's (before clipping).
 """
 
 from __future__ import annotations
@@ -67,6 +74,7 @@ from pathlib import Path
 
 import datasets
 import torch
+from accelerate.utils import DistributedType
 from transformers import Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
@@ -84,6 +92,8 @@ from .checkpoints import (
 )
 
 COMPLETE_MARKER = MARKER  # the name tests and older callers import from here
+# Engines that clip inside themselves (sharded or compiled gradients): there the stock global clipping stays.
+CLIP_WHOLE_TYPES = (DistributedType.DEEPSPEED, DistributedType.FSDP, DistributedType.XLA, DistributedType.MEGATRON_LM)
 EVAL_EPOCH = -1  # the collator's epoch while evaluating: one set of masks for every evaluation, none a training one
 
 
@@ -111,11 +121,14 @@ class ExampleIds(torch.utils.data.Dataset):
         return [{EXAMPLE_ID: int(i), **row} for i, row in zip(indices, rows)]
 
 
-def stream_position(example: dict, index: int) -> dict:
+def stream_position(example: dict, index: int, rank: int = 0, world_size: int = 1) -> dict:
     """A streamed example's id: its position in this epoch's stream. A DataLoader worker reads its own shards and
-    counts from 0, so the position is interleaved with the worker's number: ids stay distinct across workers."""
+    counts from 0, so the position is interleaved with the worker's number; a process that reads its own share of
+    the stream (`training/scale_out.py`) may count from 0 too, so it is interleaved with the process's rank as well:
+    ids stay distinct across workers and processes."""
     worker = torch.utils.data.get_worker_info()
-    return {EXAMPLE_ID: index if worker is None else index * worker.num_workers + worker.id}
+    position = index if worker is None else index * worker.num_workers + worker.id
+    return {EXAMPLE_ID: position * world_size + rank}
 
 
 def is_map_style(dataset) -> bool:
@@ -188,6 +201,19 @@ class BertologyTrainer(Trainer):
             plugin.dynamic = True
         return args
 
+    # -- 8. parts clipped apart ----------------------------------------------------------------------------------
+    def _clip_grad_norm(self, model):
+        groups = getattr(self.accelerator.unwrap_model(model), "gradient_clipping_groups", None)
+        if (
+            groups is None
+            or self.accelerator.distributed_type in CLIP_WHOLE_TYPES
+            or self._has_mixed_mesh_grads(model)
+        ):
+            return super()._clip_grad_norm(model)
+        self.accelerator.unscale_gradients()  # fp16 loss scaling: once, before any norm
+        norms = [torch.nn.utils.clip_grad_norm_(group, self.args.max_grad_norm) for group in groups() if group]
+        return torch.linalg.vector_norm(torch.stack(norms))  # (): the whole model's norm, as the stock log has it
+
     # -- 1. counts per objective -----------------------------------------------------------------------------
     def _get_num_items_in_batch(self, batch_samples: list, device: torch.device):
         if not batch_samples or not self.model_accepts_loss_kwargs or not isinstance(batch_samples[0], Mapping):
@@ -218,7 +244,9 @@ class BertologyTrainer(Trainer):
             if sampler is not None:  # the sampler sees the dataset itself (its columns, its class)
                 sampler_fn = lambda _: sampler(inner)  # noqa: E731
         elif isinstance(dataset, datasets.IterableDataset) and EXAMPLE_ID not in (dataset.column_names or ()):
-            dataset = dataset.map(stream_position, with_indices=True)  # position in this epoch's (shuffled) stream
+            # position in this epoch's (shuffled) stream, and this process's rank
+            rank = dict(rank=self.args.process_index, world_size=self.args.world_size)
+            dataset = dataset.map(stream_position, with_indices=True, fn_kwargs=rank)
         return super()._get_dataloader(dataset, description, batch_size, sampler_fn=sampler_fn, **kwargs)
 
     def _run_epoch(self, *args, **kwargs):
@@ -265,6 +293,11 @@ class BertologyTrainer(Trainer):
             return super().get_train_dataloader()
         finally:
             self.data_collator = collator
+
+    def _get_train_sampler(self, train_dataset=None):
+        # a batch sampler set by `training.fixed_shape.use_fixed_shape` (fixed-shape token-budget steps)
+        sampler = getattr(self, "train_batch_sampler", None)
+        return sampler if sampler is not None else super()._get_train_sampler(train_dataset)
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         batch_samples, num_items = super().get_batch_samples(epoch_iterator, num_batches, device)
@@ -375,6 +408,18 @@ class BertologyTrainer(Trainer):
         if pending is not None:
             self.state.num_input_tokens_seen += int(self.accelerator.gather(pending.reshape(1).long()).sum())
         return self.state.num_input_tokens_seen
+
+    # -- 8. host time per step ---------------------------------------------------------------------------------
+    def floating_point_ops(self, inputs) -> int:
+        """The stock count (6 x tokens x non-embedding parameters), with the parameter count read once: the stock
+        method walks every parameter at every micro-batch (`num_parameters`), 5% of a tiny model's step on CPU
+        (benchmarks/trainer_overhead.py)."""
+        main_input = getattr(self.model, "main_input_name", "input_ids")
+        if main_input not in inputs or not hasattr(self.model, "num_parameters"):
+            return 0
+        if getattr(self, "_flop_parameters", None) is None:
+            self._flop_parameters = self.model.num_parameters(exclude_embeddings=True)
+        return 6 * inputs[main_input].numel() * self._flop_parameters
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         self.sync_tokens_seen()

@@ -37,6 +37,7 @@ class BertologyAlbertForPreTrainingOutput(ModelOutput):
     sop_logits: `(batch, 2)`; class 0 = original order, 1 = swapped.
     """
 
+    # Copied from hf_bertology.models.bert.modeling_bert.BertologyBertForPreTrainingOutput[fields] with seq_relationship_logits->sop_logits, nsp->sop
     loss: torch.Tensor | None = None
     mlm_loss: torch.Tensor | None = None
     sop_loss: torch.Tensor | None = None
@@ -46,10 +47,17 @@ class BertologyAlbertForPreTrainingOutput(ModelOutput):
     sop_logits: torch.Tensor | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
+    # End copied block
 
 
+# Copied from hf_bertology.models.bert.modeling_bert._denominator
 def _denominator(num_items_in_batch, key: str, local_count: torch.Tensor, local_tokens: torch.Tensor):
-    """Count that turns a summed loss into the mean over the whole optimizer step (see modeling_bert.py)."""
+    """Count that turns a summed loss into the mean over the whole optimizer step.
+
+    `BertologyTrainer` passes a dict of counts per key (summed over accumulated micro-batches and processes). The
+    stock Trainer passes one int (masked tokens); another loss is then weighted by this micro-batch's share of
+    those tokens. Without any count (plain forward) the local count gives the usual mean.
+    """
     if isinstance(num_items_in_batch, Mapping):
         if key in num_items_in_batch:
             return num_items_in_batch[key]
@@ -107,6 +115,7 @@ class BertologyAlbertForPreTraining(AlbertPreTrainedModel):
         cu_seq_lens_q (in `kwargs`): a padding-free batch (`hf_bertology.collators.flatten`): one `(1, T)` row
             whose examples start at `cu_seq_lens_q[:-1]`; SOP reads each example's first token.
         """
+        # Copied from hf_bertology.models.bert.modeling_bert.BertologyBertForPreTraining.forward[packed_backbone] with self.bert->self.albert
         packed = kwargs.get("cu_seq_lens_q") is not None
         if packed and self.config._attn_implementation not in PACKED_IMPLEMENTATIONS:
             raise ValueError(f"a padding-free batch needs attn_implementation in {PACKED_IMPLEMENTATIONS}")
@@ -119,12 +128,14 @@ class BertologyAlbertForPreTraining(AlbertPreTrainedModel):
             return_dict=True,
             **kwargs,
         )
+        # End copied block
         sequence_output, pooled_output = outputs.last_hidden_state, outputs.pooler_output
         if packed:  # the pooler on every example's [CLS], not only the row's first
             first_tokens = sequence_output[0, kwargs["cu_seq_lens_q"][:-1].long()]  # (B, H)
             pooled_output = self.albert.pooler_activation(self.albert.pooler(first_tokens))
         sop_logits = self.sop_classifier(pooled_output)  # (B, 2)
 
+        # Copied from hf_bertology.models.bert.modeling_bert.BertologyBertForPreTraining.forward[losses_and_output] with seq_relationship_logits->sop_logits, nsp->sop, next_sentence_label->sentence_order_label, cls.predictions->predictions, BertologyBert->BertologyAlbert
         loss = mlm_loss = sop_loss = mlm_accuracy = sop_accuracy = None
         if labels is None:
             prediction_logits = self.predictions(sequence_output)  # (B, T, V)
@@ -137,13 +148,15 @@ class BertologyAlbertForPreTraining(AlbertPreTrainedModel):
             n_tokens = predicted.sum()
             mlm_sum = F.cross_entropy(prediction_logits.float(), targets, reduction="sum")
             mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", n_tokens, n_tokens)
-            mlm_accuracy = (prediction_logits.argmax(-1) == targets).float().mean()  # none: NaN, which logs skip
+            mlm_accuracy = (prediction_logits.argmax(-1) == targets).sum() / n_tokens  # none: NaN, which logs skip
             loss = mlm_loss
             if sentence_order_label is not None:
                 n_seq = torch.full((), sentence_order_label.numel(), device=labels.device)
                 sop_sum = F.cross_entropy(sop_logits.float(), sentence_order_label.view(-1), reduction="sum")
                 sop_loss = sop_sum / _denominator(num_items_in_batch, "sentence_order_label", n_seq, n_tokens)
-                sop_accuracy = (sop_logits.argmax(-1) == sentence_order_label.view(-1)).float().mean()
+                sop_accuracy = (
+                    sop_logits.argmax(-1) == sentence_order_label.view(-1)
+                ).sum() / sentence_order_label.view(-1).ne(-100).sum()
                 loss = loss + sop_loss
 
         return BertologyAlbertForPreTrainingOutput(
@@ -157,3 +170,4 @@ class BertologyAlbertForPreTraining(AlbertPreTrainedModel):
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
+        # End copied block

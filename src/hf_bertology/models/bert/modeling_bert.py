@@ -39,6 +39,7 @@ class BertologyBertForPreTrainingOutput(ModelOutput):
     seq_relationship_logits: `(batch, 2)`; class 0 = B follows A, 1 = B is random.
     """
 
+    # Copy source: fields
     loss: torch.Tensor | None = None
     mlm_loss: torch.Tensor | None = None
     nsp_loss: torch.Tensor | None = None
@@ -48,14 +49,15 @@ class BertologyBertForPreTrainingOutput(ModelOutput):
     seq_relationship_logits: torch.Tensor | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
+    # End copy source: fields
 
 
 def _denominator(num_items_in_batch, key: str, local_count: torch.Tensor, local_tokens: torch.Tensor):
     """Count that turns a summed loss into the mean over the whole optimizer step.
 
-    `BertologyTrainer` passes a dict of counts per label key (summed over accumulated micro-batches and processes).
-    The stock Trainer passes one int (masked tokens); a sequence-level loss is then weighted by this micro-batch's
-    share of those tokens. Without any count (plain forward) the local count gives the usual mean.
+    `BertologyTrainer` passes a dict of counts per key (summed over accumulated micro-batches and processes). The
+    stock Trainer passes one int (masked tokens); another loss is then weighted by this micro-batch's share of
+    those tokens. Without any count (plain forward) the local count gives the usual mean.
     """
     if isinstance(num_items_in_batch, Mapping):
         if key in num_items_in_batch:
@@ -112,9 +114,11 @@ class BertologyBertForPreTraining(BertPreTrainedModel):
         cu_seq_lens_q (in `kwargs`): a padding-free batch (`hf_bertology.collators.flatten`): one `(1, T)` row
             whose examples start at `cu_seq_lens_q[:-1]`; NSP reads each example's first token.
         """
+        # Copy source: packed_backbone
         packed = kwargs.get("cu_seq_lens_q") is not None
         if packed and self.config._attn_implementation not in PACKED_IMPLEMENTATIONS:
             raise ValueError(f"a padding-free batch needs attn_implementation in {PACKED_IMPLEMENTATIONS}")
+        # Copy source: backbone_call
         outputs = self.bert(
             input_ids,
             attention_mask=None if packed else attention_mask,  # packed: the boundaries keep examples apart
@@ -124,12 +128,15 @@ class BertologyBertForPreTraining(BertPreTrainedModel):
             return_dict=True,
             **kwargs,
         )
+        # End copy source: backbone_call
+        # End copy source: packed_backbone
         sequence_output, pooled_output = outputs.last_hidden_state, outputs.pooler_output
         if packed:  # the pooler on every example's [CLS], not only the row's first
             pooler = self.bert.pooler
             pooled_output = pooler.activation(pooler.dense(sequence_output[0, kwargs["cu_seq_lens_q"][:-1].long()]))
         nsp_logits = self.cls.seq_relationship(pooled_output)  # (B, 2)
 
+        # Copy source: losses_and_output
         loss = mlm_loss = nsp_loss = mlm_accuracy = nsp_accuracy = None
         if labels is None:
             prediction_logits = self.cls.predictions(sequence_output)  # (B, T, V)
@@ -142,13 +149,15 @@ class BertologyBertForPreTraining(BertPreTrainedModel):
             n_tokens = predicted.sum()
             mlm_sum = F.cross_entropy(prediction_logits.float(), targets, reduction="sum")
             mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", n_tokens, n_tokens)
-            mlm_accuracy = (prediction_logits.argmax(-1) == targets).float().mean()
+            mlm_accuracy = (prediction_logits.argmax(-1) == targets).sum() / n_tokens  # none: NaN, which logs skip
             loss = mlm_loss
             if next_sentence_label is not None:
                 n_seq = torch.full((), next_sentence_label.numel(), device=labels.device)
                 nsp_sum = F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1), reduction="sum")
                 nsp_loss = nsp_sum / _denominator(num_items_in_batch, "next_sentence_label", n_seq, n_tokens)
-                nsp_accuracy = (nsp_logits.argmax(-1) == next_sentence_label.view(-1)).float().mean()
+                nsp_accuracy = (
+                    nsp_logits.argmax(-1) == next_sentence_label.view(-1)
+                ).sum() / next_sentence_label.view(-1).ne(-100).sum()
                 loss = loss + nsp_loss
 
         return BertologyBertForPreTrainingOutput(
@@ -162,3 +171,4 @@ class BertologyBertForPreTraining(BertPreTrainedModel):
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
+        # End copy source: losses_and_output

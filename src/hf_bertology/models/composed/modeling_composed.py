@@ -11,12 +11,18 @@ name plain `transformers` gives it, so the backbone's own classes load our check
   pooler where the family has one (BERT's NSP head exactly: pooler + 2-way classifier, `sentence_classifier`), else
   through our `sentence_pooler`; SpanBERT's SBO head (`sbo`, as `models/spanbert`) predicts span tokens from the
   boundary states and projects to the embedding width, so it also ties to ALBERT's and ELECTRA's smaller tables.
-- **RTD objectives** (ELECTRA, DeBERTa-v3): the discriminator is the backbone + ELECTRA's head
-  (`discriminator_predictions.dense` / `.dense_prediction`), the generator the family's `*ForMaskedLM` at
-  `generator.*`, sized by `generator_hidden_fraction` / `generator_layers_fraction`. Embedding sharing:
+- **RTD objectives** (ELECTRA, DeBERTa-v3): the discriminator is the backbone + the objective's head: ELECTRA's
+  (`discriminator_predictions.dense` / `.dense_prediction`) or DeBERTa-v3's `mask_predictions` (LayerNorm(h_[CLS] +
+  h_i) first, microsoft/DeBERTa `replaced_token_detection_model.py:30-49`); the generator the family's
+  `*ForMaskedLM` at `generator.*`, sized by `generator_hidden_fraction` / `generator_layers_fraction`. DeBERTa-v3's
+  generator decodes through EMD only where the input carries no absolute positions (`masked_language_model.py:60,
+  73-74`: with `position_biased_input` the official decoder is the last layer): so on BERT, RoBERTa, ALBERT and
+  ELECTRA, whose inputs add a position table, the family's MLM head on the last layer is the official decoder;
+  ModernBERT (rotary positions, no table) has no EMD here (its layers take no separate query). Embedding sharing:
   `"es"` ties every embedding table of equal shape (ELECTRA: token, position and type tables), `"gdes"` feeds the
-  discriminator sg(E_G) + Δ and writes E_G + Δ into its word table in every state dict (DeBERTa-v3 §3.3), `"nes"`
-  shares nothing. Plain `AutoModel` / `AutoModelForSequenceClassification` load the discriminator.
+  discriminator sg(E_G) + Δ for the word table and sg(P_G) + Δ_P for the absolute position table (DeBERTa-v3 §3.3;
+  `rtd_task.py:56-64,113-122` shares both) and writes E_G + Δ, P_G + Δ_P into its tables in every state dict,
+  `"nes"` shares nothing. Plain `AutoModel` / `AutoModelForSequenceClassification` load the discriminator.
 
 An unused pooler (no sentence task) is kept and frozen, like the released SpanBERT checkpoints', so plain `AutoModel`
 loads with nothing missing. Padding-free batches (`cu_seq_lens_q`) work on the backbones that call transformers'
@@ -94,7 +100,8 @@ MLM_HEADS = {
 }
 
 WORD_TABLES = ("embeddings.word_embeddings.weight", "embeddings.tok_embeddings.weight")
-OTHER_TABLES = ("embeddings.position_embeddings.weight", "embeddings.token_type_embeddings.weight")
+POSITION_TABLE = "embeddings.position_embeddings.weight"
+OTHER_TABLES = (POSITION_TABLE, "embeddings.token_type_embeddings.weight")
 SENTENCE_LABELS = {"nsp": "next_sentence_label", "sop": "sentence_order_label"}
 
 
@@ -127,10 +134,14 @@ class BertologyComposedForPreTrainingOutput(ModelOutput):
     attentions: tuple[torch.Tensor, ...] | None = None
 
 
-def _denominator(num_items_in_batch, key: str, local_count: torch.Tensor, local_reference: torch.Tensor):
-    """Count that turns a summed loss into the mean over the optimizer step: `BertologyTrainer`'s dict entry for
-    `key`; with the stock Trainer's single count (masked tokens), this micro-batch's share of it; else the local
-    count (a plain mean)."""
+# Copied from hf_bertology.models.bert.modeling_bert._denominator
+def _denominator(num_items_in_batch, key: str, local_count: torch.Tensor, local_tokens: torch.Tensor):
+    """Count that turns a summed loss into the mean over the whole optimizer step.
+
+    `BertologyTrainer` passes a dict of counts per key (summed over accumulated micro-batches and processes). The
+    stock Trainer passes one int (masked tokens); another loss is then weighted by this micro-batch's share of
+    those tokens. Without any count (plain forward) the local count gives the usual mean.
+    """
     if isinstance(num_items_in_batch, Mapping):
         if key in num_items_in_batch:
             return num_items_in_batch[key]
@@ -139,7 +150,7 @@ def _denominator(num_items_in_batch, key: str, local_count: torch.Tensor, local_
         return local_count.clamp(min=1)
     if key == "labels":
         return num_items_in_batch
-    return local_count * num_items_in_batch / local_reference.clamp(min=1)
+    return local_count * num_items_in_batch / local_tokens.clamp(min=1)
 
 
 def _activation(config):
@@ -151,9 +162,35 @@ def _layer_norm_eps(config) -> float:
     return getattr(config, "layer_norm_eps", None) or getattr(config, "norm_eps", 1e-12)
 
 
-def gumbel_sample(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """Token ids drawn from `softmax(logits / temperature)` by Gumbel-max, in fp32 (half-precision noise is biased)."""
-    noise = torch.rand(logits.shape, device=logits.device, dtype=torch.float32)
+# Copied from hf_bertology.models.electra.modeling_electra.keyed_uniform
+def keyed_uniform(keys: torch.Tensor, size: int) -> torch.Tensor:
+    """`(M, size)` float32 uniforms in [0, 1): entry (m, v) a hash of `keys[m]` (int64) and v (SplitMix64 on a
+    counter, as hf_bertology's collators draw their masks), so the noise of an example's token does not depend on
+    the process, the batch or the random state; 24 random bits, exact in float32."""
+    golden, mix1, mix2 = -7046029254386353131, -4658895280553007687, -7723592293110705685  # SplitMix64's, signed
+
+    def shift(x: torch.Tensor, bits: int) -> torch.Tensor:  # logical right shift of int64 (`>>` keeps the sign)
+        return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+    x = keys[:, None] + torch.arange(1, size + 1, device=keys.device) * golden  # (M, size), wrapping int64
+    x = (x ^ shift(x, 30)) * mix1
+    x = (x ^ shift(x, 27)) * mix2
+    return shift(x ^ shift(x, 31), 40).float() * 2.0**-24
+
+
+# Copied from hf_bertology.models.electra.modeling_electra.gumbel_sample
+def gumbel_sample(logits: torch.Tensor, temperature: float = 1.0, keys: torch.Tensor | None = None) -> torch.Tensor:
+    """Token ids drawn from `softmax(logits / temperature)` by Gumbel-max, in fp32 (ELECTRA's `sample_from_softmax`).
+
+    fp32 because Gumbel noise in half precision is biased (pytorch #41663); the 1e-9 keep `log` finite, as in
+    ELECTRA's code. `argmax(l / T + g) == argmax(l + T * g)`; the noise is built in place (it is (M, vocab) large).
+    """
+    if keys is None:
+        noise = torch.rand(logits.shape, device=logits.device, dtype=torch.float32)
+    elif len(keys):  # in blocks of rows: the int64 hash of a whole (M, vocab) block would take 2x the noise's memory
+        noise = torch.cat([keyed_uniform(block, logits.shape[-1]) for block in keys.split(1024)])
+    else:
+        noise = torch.zeros(logits.shape, device=logits.device, dtype=torch.float32)
     noise.add_(1e-9).log_().neg_().add_(1e-9).log_().neg_()  # Gumbel(0, 1) = -log(-log(U))
     if temperature != 1.0:
         noise.mul_(temperature)
@@ -195,6 +232,24 @@ class DiscriminatorHead(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.dense_prediction(self.activation(self.dense(hidden_states))).squeeze(-1)  # (B, T)
+
+
+class ClsReplacedTokenDetectionHead(nn.Module):
+    """DeBERTa-v3's `LMMaskPredictionHead` (see `models/deberta_v3`; microsoft/DeBERTa
+    `replaced_token_detection_model.py:30-49`): LayerNorm(h_[CLS] + h_i) -> dense -> act -> one logit per token."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.transform_act_fn = _activation(config)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=_layer_norm_eps(config))
+        self.classifier = nn.Linear(config.hidden_size, 1)
+
+    def forward(self, hidden_states: torch.Tensor, first: torch.Tensor | None = None) -> torch.Tensor:
+        """`first`: `(B, T)` index of each token's [CLS] (a padding-free row holds several examples)."""
+        cls = hidden_states[:, :1] if first is None else hidden_states[0, first][None]  # (B, 1 or T, H)
+        states = self.LayerNorm(cls + hidden_states)  # every token sees its example's [CLS]
+        return self.classifier(self.transform_act_fn(self.dense(states))).squeeze(-1)  # (B, T)
 
 
 class GradientDisentangledEmbedding(nn.Module):
@@ -249,7 +304,10 @@ class ComposedForPreTraining:
         self.rtd = config.replaced_token_detection
         tied: dict[str, str] = {}
         if self.rtd:
-            self.discriminator_predictions = DiscriminatorHead(config)
+            if config.objective == "deberta-v3":
+                self.mask_predictions = ClsReplacedTokenDetectionHead(config)
+            else:
+                self.discriminator_predictions = DiscriminatorHead(config)
             self.generator = masked_lm_class(generator_config(config))
             tied = self._share_embeddings(config, masked_lm_class, prefix, word_table)
         else:
@@ -297,6 +355,8 @@ class ComposedForPreTraining:
         if sharing == "gdes":
             self.gdes = GradientDisentangledEmbedding(*_get(self.base_model, word_table).shape)
             self._gdes_tables = (f"{prefix}.{word_table}", word_table)
+            if POSITION_TABLE in same_shape:  # the official shares the position table the same way
+                self.gdes_positions = GradientDisentangledEmbedding(*_get(self.base_model, POSITION_TABLE).shape)
             self.register_state_dict_post_hook(_merge_gdes)
         return tied
 
@@ -308,6 +368,8 @@ class ComposedForPreTraining:
             pooler.requires_grad_(False)
         if self.rtd and self.config.embedding_sharing == "gdes":
             _get(self.base_model, self._gdes_tables[1]).requires_grad_(False)
+            if hasattr(self, "gdes_positions"):
+                _get(self.base_model, POSITION_TABLE).requires_grad_(False)
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
@@ -359,10 +421,11 @@ class ComposedForPreTraining:
             on the host by our collators, so that the sparse heads gather them with no host sync.
         cu_seq_lens_q (in `kwargs`): a padding-free batch (`hf_bertology.collators.flatten`).
         """
+        sample_keys = kwargs.pop("sample_keys", None)  # RTD: the collator's per-token noise keys (`keyed_uniform`)
         inputs = self._backbone_inputs(attention_mask, token_type_ids, position_ids, kwargs)
         if self.rtd:
             return self._replaced_token_detection(
-                input_ids, attention_mask, labels, target_positions, inputs, num_items_in_batch
+                input_ids, attention_mask, labels, target_positions, inputs, num_items_in_batch, sample_keys
             )
         outputs = self.base_model(input_ids, **inputs)
         states = outputs.last_hidden_state  # (B, T, H)
@@ -380,7 +443,7 @@ class ComposedForPreTraining:
             out.mlm_loss = F.cross_entropy(out.logits.float(), targets, reduction="sum") / _denominator(
                 num_items_in_batch, "labels", n_masked, n_masked
             )
-            out.mlm_accuracy = (out.logits.argmax(-1) == targets).float().mean()
+            out.mlm_accuracy = (out.logits.argmax(-1) == targets).sum() / n_masked
             losses.append(out.mlm_loss)
         task = self.config.sentence_task
         sentence_labels = next_sentence_label if task == "nsp" else sentence_order_label
@@ -394,7 +457,9 @@ class ComposedForPreTraining:
                 num_items_in_batch, SENTENCE_LABELS[task], n_examples, n_masked
             )
             setattr(out, f"{task}_loss", loss)
-            setattr(out, f"{task}_accuracy", (logits.argmax(-1) == sentence_labels).float().mean())
+            setattr(
+                out, f"{task}_accuracy", (logits.argmax(-1) == sentence_labels).sum() / sentence_labels.ne(-100).sum()
+            )
             losses.append(loss)
         if self.config.span_boundary_objective and sbo_labels is not None:
             has_target = sbo_labels.ne(-100)  # (B, T)
@@ -410,7 +475,7 @@ class ComposedForPreTraining:
             out.sbo_loss = F.cross_entropy(sbo_logits.float(), sbo_targets, reduction="sum") / _denominator(
                 num_items_in_batch, "sbo_labels", n_sbo, n_masked
             )
-            out.sbo_accuracy = (sbo_logits.argmax(-1) == sbo_targets).float().mean()
+            out.sbo_accuracy = (sbo_logits.argmax(-1) == sbo_targets).sum() / n_sbo
             losses.append(self.config.sbo_loss_weight * out.sbo_loss)
         out.loss = sum(losses) if losses else None
         return out
@@ -427,24 +492,47 @@ class ComposedForPreTraining:
         """The discriminator backbone's outputs on `input_ids` (under GDES, on sg(E_G) + Δ)."""
         if self.config.embedding_sharing == "gdes":
             generator_table = _get(self.generator.base_model, self._gdes_tables[1])
-            return self.base_model(inputs_embeds=self.gdes(input_ids, generator_table), **inputs)
+            inputs_embeds = self.gdes(input_ids, generator_table)
+            if not hasattr(self, "gdes_positions"):
+                return self.base_model(inputs_embeds=inputs_embeds, **inputs)
+            # the position table is sg(P_G) + Δ_P for this call (official `rtd_task.py:120-122`)
+            positions = _get(self.generator.base_model, POSITION_TABLE).detach() + self.gdes_positions.delta
+            call = {"inputs_embeds": inputs_embeds, **inputs}
+            return torch.func.functional_call(self.base_model, {POSITION_TABLE: positions}, (), call)
         return self.base_model(input_ids, **inputs)
 
+    def _rtd_logits(self, hidden_states: torch.Tensor, inputs: dict) -> torch.Tensor:
+        """`(B, T)` discriminator logits: DeBERTa-v3's head reads each example's [CLS] (the row's start, or in a
+        padding-free row the start of its example), ELECTRA's reads each token alone."""
+        if not hasattr(self, "mask_predictions"):
+            return self.discriminator_predictions(hidden_states)
+        cu_seq_lens = inputs.get("cu_seq_lens_q")
+        first = None
+        if cu_seq_lens is not None:  # (T,) the start of each token's example
+            lengths = cu_seq_lens[1:] - cu_seq_lens[:-1]
+            first = torch.repeat_interleave(
+                cu_seq_lens[:-1].long(), lengths.long(), output_size=hidden_states.shape[1]
+            )
+        return self.mask_predictions(hidden_states, first)
+
     def _replaced_token_detection(
-        self, input_ids, attention_mask, labels, target_positions, inputs, num_items_in_batch
+        self, input_ids, attention_mask, labels, target_positions, inputs, num_items_in_batch, sample_keys=None
     ):
         """ELECTRA's step (see `models/electra`): generator MLM on the chosen positions, a Gumbel sample at every
         one of them, the discriminator's BCE over every real token; `loss = w_G * mlm + w_D * rtd`."""
         config = self.config
         if labels is None:
             hidden = self.discriminate(input_ids, **inputs).last_hidden_state
-            return BertologyComposedForPreTrainingOutput(rtd_logits=self.discriminator_predictions(hidden))
+            return BertologyComposedForPreTrainingOutput(rtd_logits=self._rtd_logits(hidden, inputs))
+        # Copied from hf_bertology.models.electra.modeling_electra.BertologyElectraForPreTraining.forward[chosen] with real_mask->attention_mask
         chosen = labels.ne(-100)  # (B, T)
+        # the chosen tokens: the batch's flat positions (no host sync), else a boolean index (syncs)
         at = chosen.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
         targets = labels.flatten().index_select(0, at)
         n_chosen = chosen.sum()
         real = attention_mask.bool() if attention_mask is not None else torch.ones_like(chosen)
         n_real = real.sum()
+        # End copied block
 
         gen_hidden = self.generator.base_model(input_ids, **inputs).last_hidden_state
         gen_hidden = gen_hidden.flatten(0, 1).index_select(0, at)  # (M, H_G)
@@ -452,28 +540,33 @@ class ComposedForPreTraining:
         mlm_loss = F.cross_entropy(prediction_logits.float(), targets, reduction="sum") / _denominator(
             num_items_in_batch, "labels", n_chosen, n_chosen
         )
+        # Copied from hf_bertology.models.electra.modeling_electra.BertologyElectraForPreTraining.forward[fake_data]
         with torch.no_grad():
             sample_logits = prediction_logits.detach().float()
             if config.disallow_correct:
                 sample_logits[torch.arange(len(targets), device=targets.device), targets] = -1e9
-            sampled = gumbel_sample(sample_logits, config.sampling_temperature)  # (M,)
+            keys = None if sample_keys is None else sample_keys.flatten().index_select(0, at)
+            sampled = gumbel_sample(sample_logits, config.sampling_temperature, keys)  # (M,)
             original_ids = torch.where(chosen, labels, input_ids)
             replaced_input_ids = original_ids.flatten().index_copy(0, at, sampled).view_as(original_ids)
             rtd_labels = (replaced_input_ids != original_ids) & real  # (B, T)
+        # End copied block
 
         disc_outputs = self.discriminate(replaced_input_ids, **inputs)
-        rtd_logits = self.discriminator_predictions(disc_outputs.last_hidden_state)  # (B, T)
+        rtd_logits = self._rtd_logits(disc_outputs.last_hidden_state, inputs)  # (B, T)
+        # Copied from hf_bertology.models.electra.modeling_electra.BertologyElectraForPreTraining.forward[rtd_loss]
         # over the real tokens by weighting, not selecting: every shape stays the batch's (no host sync)
         rtd_sum = F.binary_cross_entropy_with_logits(
             rtd_logits.float(), rtd_labels.float(), weight=real.float(), reduction="sum"
         )
         rtd_loss = rtd_sum / _denominator(num_items_in_batch, "attention_mask", n_real, n_chosen)
+        # End copied block
         predicted = (rtd_logits.detach() > 0) & real
         return BertologyComposedForPreTrainingOutput(
             loss=config.generator_weight * mlm_loss + config.discriminator_weight * rtd_loss,
             mlm_loss=mlm_loss,
             rtd_loss=rtd_loss,
-            mlm_accuracy=(prediction_logits.argmax(-1) == targets).float().mean(),
+            mlm_accuracy=(prediction_logits.argmax(-1) == targets).sum() / n_chosen,
             rtd_accuracy=((predicted == rtd_labels) & real).sum() / n_real,
             replaced_fraction=rtd_labels.sum() / n_real,
             logits=prediction_logits,
@@ -496,13 +589,17 @@ def _get(module: nn.Module, name: str) -> torch.Tensor:
 
 
 def _merge_gdes(module, state_dict: dict, prefix: str, local_metadata) -> None:
-    """State-dict hook: write E_G + Δ as the discriminator's word table, so a checkpoint is a complete plain backbone.
+    """State-dict hook: write E_G + Δ (and P_G + Δ_P) as the discriminator's tables, so a checkpoint is a complete
+    plain backbone.
     Only plain state dicts (`keep_vars=False`, what saving uses) are rewritten; the parameters never change."""
-    key = f"{prefix}{module._gdes_tables[0]}"
-    if key not in state_dict or isinstance(state_dict[key], nn.Parameter) or state_dict[key].is_meta:
-        return
-    generator_table = _get(module.generator.base_model, module._gdes_tables[1])
-    state_dict[key] = generator_table.detach() + module.gdes.delta.detach()
+    merges = [(module._gdes_tables[1], module.gdes)]
+    if hasattr(module, "gdes_positions"):
+        merges.append((POSITION_TABLE, module.gdes_positions))
+    for name, gdes in merges:
+        key = f"{prefix}{module.base_model_prefix}.{name}"
+        if key not in state_dict or isinstance(state_dict[key], nn.Parameter) or state_dict[key].is_meta:
+            continue
+        state_dict[key] = _get(module.generator.base_model, name).detach() + gdes.delta.detach()
 
 
 class BertologyComposedBertForPreTraining(ComposedForPreTraining, BertPreTrainedModel):

@@ -12,6 +12,7 @@ returns it as a plain `DebertaV2Config` with `legacy=False`, so `DebertaV2ForMas
 `lm_predictions.lm_head.*` as the released `pytorch_model.generator.bin` files do.
 
 `embedding_sharing` (official `embedding_sharing` key): "gdes" (default), "es" or "nes"; see the modeling file.
+Every number, with the official file it comes from: `docs/recipes/deberta_v3.md`.
 """
 
 from transformers import DebertaV2Config
@@ -28,9 +29,11 @@ RECIPE_FIELDS = (
     "generator_weight",
     "discriminator_weight",
     "sampling_temperature",
+    "mask_positions",
     "input_format",
 )
 EMBEDDING_SHARING = ("gdes", "es", "nes")
+MASK_POSITIONS = ("window", "uniform")
 
 # rtd_{xsmall,small,base,large}.json (microsoft/DeBERTa experiments/language_model): the v3 architecture.
 DEBERTA_V3_ARCHITECTURE = {
@@ -73,9 +76,16 @@ class BertologyDebertaV3Config(DebertaV2Config):
         random_replace_prob (`float`, defaults to 0.0).
         whole_word_mask (`bool`, defaults to `False`): the RTD task masks single tokens (`max_gram=1`).
         generator_weight (`float`, defaults to 1.0): weight of the generator's MLM loss.
-        discriminator_weight (`float`, defaults to 50.0):
-            λ of the RTD loss (paper, after ELECTRA; the released `rtd_task.py` defaults `--rtd_lambda` to 10).
+        discriminator_weight (`float`, defaults to 10.0):
+            λ of the RTD loss: the official training script's value (`rtd.sh` sets no `--rtd_lambda`, whose default
+            is 10 in `DeBERTa/apps/tasks/rtd_task.py:392`). The paper (after ELECTRA) says 50.
         sampling_temperature (`float`, defaults to 1.0): temperature of the generator's softmax when sampling.
+        mask_positions (`str`, defaults to `"window"`):
+            How the positions are chosen. `"window"`: the official `NGramMaskGenerator.mask_tokens`
+            (`DeBERTa/apps/tasks/mlm_task.py:57,78-96`): one uniform position in each window of `int(1 / 0.15) = 6`
+            candidate tokens, windows taken left to right until the count is reached, so a full sequence's last
+            windows are never masked (at 512: 77 masks fill the first 462 tokens). `"uniform"`: the count drawn
+            uniformly over the sequence (BERT's way).
         input_format (`str`, defaults to `"token_stream"`):
             `prepare_data.py`: the concatenated corpus cut every `max_seq_length - 2` tokens, `[CLS] ... [SEP]`.
     """
@@ -90,8 +100,9 @@ class BertologyDebertaV3Config(DebertaV2Config):
         random_replace_prob: float = 0.0,
         whole_word_mask: bool = False,
         generator_weight: float = 1.0,
-        discriminator_weight: float = 50.0,
+        discriminator_weight: float = 10.0,
         sampling_temperature: float = 1.0,
+        mask_positions: str = "window",
         input_format: str = "token_stream",
         **kwargs,
     ):
@@ -100,6 +111,7 @@ class BertologyDebertaV3Config(DebertaV2Config):
             raise ValueError(
                 f"embedding_sharing must be one of {', '.join(EMBEDDING_SHARING)}, got {embedding_sharing!r}"
             )
+        # Copied from hf_bertology.models.bert.configuration_bert.BertologyBertConfig.__init__[masking_checks]
         if not 0.0 < mlm_probability < 1.0:
             raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}")
         if mask_replace_prob < 0 or random_replace_prob < 0 or mask_replace_prob + random_replace_prob > 1:
@@ -109,19 +121,17 @@ class BertologyDebertaV3Config(DebertaV2Config):
             )
         if max_predictions_per_seq is not None and max_predictions_per_seq < 1:
             raise ValueError(f"max_predictions_per_seq must be >= 1 or None, got {max_predictions_per_seq}")
+        # End copied block
         if generator_num_hidden_layers is not None and generator_num_hidden_layers < 1:
             raise ValueError(f"generator_num_hidden_layers must be >= 1 or None, got {generator_num_hidden_layers}")
         if generator_weight < 0 or discriminator_weight < 0:
             raise ValueError("generator_weight and discriminator_weight must be >= 0")
         if sampling_temperature <= 0:
             raise ValueError(f"sampling_temperature must be > 0, got {sampling_temperature}")
+        if mask_positions not in MASK_POSITIONS:
+            raise ValueError(f"mask_positions must be one of {', '.join(MASK_POSITIONS)}, got {mask_positions!r}")
         for key, value in DEBERTA_V3_ARCHITECTURE.items():
             kwargs.setdefault(key, value)
-        if embedding_sharing == "gdes" and kwargs["position_biased_input"]:
-            raise ValueError(
-                "embedding_sharing='gdes' is implemented for the word embeddings only: DeBERTa-v3 has no absolute "
-                "position table (position_biased_input=False); use 'es' or 'nes' with position_biased_input=True"
-            )
         self.embedding_sharing = embedding_sharing
         self.generator_num_hidden_layers = generator_num_hidden_layers
         self.mlm_probability = mlm_probability
@@ -132,6 +142,7 @@ class BertologyDebertaV3Config(DebertaV2Config):
         self.generator_weight = generator_weight
         self.discriminator_weight = discriminator_weight
         self.sampling_temperature = sampling_temperature
+        self.mask_positions = mask_positions
         self.input_format = input_format
         super().__init__(**kwargs)
 

@@ -1,36 +1,48 @@
 """DeBERTa-v3 pretraining: ELECTRA-style replaced-token detection with gradient-disentangled embedding sharing.
 
-Follows microsoft/DeBERTa `apps/tasks/rtd_task.py` (`RTDModel`, `make_electra_data`, `get_loss_fn`) and
-`apps/models/replaced_token_detection_model.py`, with the paper (He et al., 2021, "DeBERTaV3", §3):
+Follows microsoft/DeBERTa `apps/tasks/rtd_task.py` (`RTDModel`, `make_electra_data`, `get_loss_fn`),
+`apps/models/masked_language_model.py` (the generator) and `apps/models/replaced_token_detection_model.py` (the
+discriminator), with the paper (He et al., 2021, "DeBERTaV3", §3). Every number and its source:
+`docs/recipes/deberta_v3.md`.
 
-1. The collator masks an exact number of positions per sequence, all of them [MASK] (the RTD task's
-   `NGramMaskGenerator(max_gram=1, keep_prob=0, mask_prob=1)`). The generator, a `DebertaV2ForMaskedLM` at half the
-   discriminator's depth, predicts the original token there; its head runs only on those positions (sparse).
+1. The collator masks positions, all of them [MASK] (the RTD task's `NGramMaskGenerator(max_gram=1, keep_prob=0,
+   mask_prob=1)`, `rtd_task.py:145`; one position per window, `collators/windows.py`). The generator, a
+   `DebertaV2ForMaskedLM` at half the discriminator's depth, predicts the original token there through the
+   **enhanced mask decoder** (EMD, `masked_language_model.py:30-82`): its last layer applied twice more, the
+   query being the input of that layer plus the absolute position embeddings, keys and values that input; its head
+   runs only on the chosen positions (sparse).
 2. Every chosen position gets a token sampled from the generator's softmax (official `topk_sampling`: a multinomial
    draw; here Gumbel-max, the same distribution, in fp32 and without gradient).
 3. The discriminator, a `DebertaV2Model` + the official `mask_predictions` head, labels a token "replaced" where the
    sample differs from the original; sigmoid BCE over every non-pad token.
-4. `loss = generator_weight * mlm_loss + discriminator_weight * rtd_loss` (1 and λ = 50).
+4. `loss = generator_weight * mlm_loss + discriminator_weight * rtd_loss` (1 and λ = 10, `rtd_task.py:383,392`).
 
 **Embedding sharing** (`config.embedding_sharing`, the official `embedding_sharing`), the one place the three
 methods differ (`discriminator_input_embeddings` and `_tied_weights_keys`):
 - "gdes": E_D = sg(E_G) + Δ (paper §3.3). Δ (`gdes.delta`, zero-initialised) is trained only by the RTD loss, E_G only
   by the MLM loss: the two losses no longer pull one table in two directions. The discriminator's own
   `deberta.embeddings.word_embeddings.weight` is not used while training (frozen); **every `state_dict()` writes
-  E_G + Δ there**, so a saved checkpoint is a complete plain `DebertaV2Model`.
-- "es": one table, declared in `_tied_weights_keys` (ELECTRA's sharing; both losses train it).
-- "nes": two independent tables.
-Only the word table (and, for "es", an absolute position table if there is one) is shared, as officially: the
-embedding LayerNorm is each network's own.
+  E_G + Δ there**, so a saved checkpoint is a complete plain `DebertaV2Model`. The absolute position table is
+  shared the same way (`gdes_positions.delta`, `rtd_task.py:59-64,120-122`) when the discriminator adds one to its
+  input (`position_biased_input=True`); DeBERTa-v3's does not (`bert.py:260-261`: the official discriminator's table
+  is then never read), so there only the generator's table exists, for its EMD.
+- "es": one table (word, and position when the discriminator has one), declared in `_tied_weights_keys`
+  (`rtd_task.py:123-130`; both losses train it).
+- "nes": independent tables.
+The embedding LayerNorm is each network's own, as officially.
 
 Names: the discriminator is `deberta.*` + `mask_predictions.*` (the released discriminators' names: plain
 `DebertaV2Model` / `AutoModelForSequenceClassification` load it with nothing missing), the generator a
-`DebertaV2ForMaskedLM` at `generator.*`. Losses are sums divided by the Trainer's per-objective counts
-(`num_items_in_batch["labels"]` for the generator, `["attention_mask"]` for the discriminator).
+`DebertaV2ForMaskedLM` at `generator.*` plus the EMD's position table at
+`generator.deberta.embeddings.position_embeddings.weight` (the official name; plain `DebertaV2ForMaskedLM` ignores
+it on loading, as it does in the released `pytorch_model.generator.bin`, and then predicts without EMD). Losses are
+sums divided by the Trainer's per-objective counts (`num_items_in_batch["labels"]` for the generator,
+`["attention_mask"]` for the discriminator).
 
-Because the GDES parameter sets are disjoint (the generator's weights get only MLM gradients, the discriminator's
-and Δ only RTD gradients), one AdamW on the summed loss updates each parameter as the official decoupled training
-(`--decoupled_training`, one optimizer per network) does, apart from the global-norm clipping spanning both.
+Two optimizers: the official `--decoupled_training` (default True, `rtd_task.py:257-265,329-374`) steps the
+generator and the discriminator with a trainer and an optimizer each, each clipping its own gradient norm. With
+GDES the parameter sets are disjoint, so one AdamW on the summed loss updates each parameter as two do, and
+`gradient_clipping_groups` tells `BertologyTrainer` to clip the two parts apart.
 
 This file imports only torch, transformers and its own folder (`trust_remote_code=True` works without hf_bertology).
 """
@@ -80,6 +92,7 @@ class BertologyDebertaV3ForPreTrainingOutput(ModelOutput):
     attentions: tuple[torch.Tensor, ...] | None = None
 
 
+# Copied from hf_bertology.models.bert.modeling_bert._denominator
 def _denominator(num_items_in_batch, key: str, local_count: torch.Tensor, local_tokens: torch.Tensor):
     """Count that turns a summed loss into the mean over the whole optimizer step.
 
@@ -98,9 +111,35 @@ def _denominator(num_items_in_batch, key: str, local_count: torch.Tensor, local_
     return local_count * num_items_in_batch / local_tokens.clamp(min=1)
 
 
-def gumbel_sample(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """Token ids drawn from `softmax(logits / temperature)` by Gumbel-max, in fp32 (half-precision noise is biased)."""
-    noise = torch.rand(logits.shape, device=logits.device, dtype=torch.float32)
+# Copied from hf_bertology.models.electra.modeling_electra.keyed_uniform
+def keyed_uniform(keys: torch.Tensor, size: int) -> torch.Tensor:
+    """`(M, size)` float32 uniforms in [0, 1): entry (m, v) a hash of `keys[m]` (int64) and v (SplitMix64 on a
+    counter, as hf_bertology's collators draw their masks), so the noise of an example's token does not depend on
+    the process, the batch or the random state; 24 random bits, exact in float32."""
+    golden, mix1, mix2 = -7046029254386353131, -4658895280553007687, -7723592293110705685  # SplitMix64's, signed
+
+    def shift(x: torch.Tensor, bits: int) -> torch.Tensor:  # logical right shift of int64 (`>>` keeps the sign)
+        return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+    x = keys[:, None] + torch.arange(1, size + 1, device=keys.device) * golden  # (M, size), wrapping int64
+    x = (x ^ shift(x, 30)) * mix1
+    x = (x ^ shift(x, 27)) * mix2
+    return shift(x ^ shift(x, 31), 40).float() * 2.0**-24
+
+
+# Copied from hf_bertology.models.electra.modeling_electra.gumbel_sample
+def gumbel_sample(logits: torch.Tensor, temperature: float = 1.0, keys: torch.Tensor | None = None) -> torch.Tensor:
+    """Token ids drawn from `softmax(logits / temperature)` by Gumbel-max, in fp32 (ELECTRA's `sample_from_softmax`).
+
+    fp32 because Gumbel noise in half precision is biased (pytorch #41663); the 1e-9 keep `log` finite, as in
+    ELECTRA's code. `argmax(l / T + g) == argmax(l + T * g)`; the noise is built in place (it is (M, vocab) large).
+    """
+    if keys is None:
+        noise = torch.rand(logits.shape, device=logits.device, dtype=torch.float32)
+    elif len(keys):  # in blocks of rows: the int64 hash of a whole (M, vocab) block would take 2x the noise's memory
+        noise = torch.cat([keyed_uniform(block, logits.shape[-1]) for block in keys.split(1024)])
+    else:
+        noise = torch.zeros(logits.shape, device=logits.device, dtype=torch.float32)
     noise.add_(1e-9).log_().neg_().add_(1e-9).log_().neg_()  # Gumbel(0, 1) = -log(-log(U))
     if temperature != 1.0:
         noise.mul_(temperature)
@@ -124,9 +163,38 @@ class GradientDisentangledEmbedding(nn.Module):
         """E_G + Δ: the discriminator's table as plain `transformers` must see it."""
         return generator_table.detach() + self.delta.detach()
 
+    def merged_with_gradient(self, generator_table: torch.Tensor) -> torch.Tensor:
+        """sg(E_G) + Δ as a whole table (for a small table, the positions), Δ trainable."""
+        return generator_table.detach() + self.delta
+
+
+def enhanced_mask_decoder(
+    deberta: DebertaV2Model, hidden_states: tuple, attention_mask: torch.Tensor | None, positions: torch.Tensor
+) -> torch.Tensor:
+    """EMD (paper DeBERTa §3.2; official `EnhancedMaskDecoder.emd_context_layer`, `masked_language_model.py:51-82`).
+
+    `hidden_states`: every layer's output (`output_hidden_states=True`); `positions`: `(B, T, H)` absolute position
+    embeddings. The last layer is applied twice more (`range(2)`, line 61), keys and values the input of that layer
+    (`encoder_layers[-2]`, line 59), the first query that input plus the positions (line 62), the next the previous
+    output (line 71). Returns `(B, T, H)`; the caller gathers the chosen tokens (line 76).
+    """
+    encoder = deberta.encoder
+    keys = hidden_states[-2]  # (B, T, H): the input of the last layer
+    mask = torch.ones(keys.shape[:2], device=keys.device) if attention_mask is None else attention_mask
+    mask = encoder.get_attention_mask(mask)  # (B, 1, T, T)
+    relative_pos = encoder.get_rel_pos(keys)
+    rel_embeddings = encoder.get_rel_embedding()
+    query = positions + keys
+    for _ in range(2):
+        query = encoder.layer[-1](
+            keys, mask, query_states=query, relative_pos=relative_pos, rel_embeddings=rel_embeddings
+        )[0]
+    return query
+
 
 class ReplacedTokenDetectionHead(nn.Module):
-    """The official `LMMaskPredictionHead`: LayerNorm(h_[CLS] + h_i) -> dense -> act -> one logit per token."""
+    """The official `LMMaskPredictionHead` (`replaced_token_detection_model.py:30-49`): LayerNorm(h_[CLS] + h_i) ->
+    dense -> act -> one logit per token."""
 
     def __init__(self, config):
         super().__init__()
@@ -153,15 +221,22 @@ class BertologyDebertaV3ForPreTraining(DebertaV2PreTrainedModel):
         self.deberta = DebertaV2Model(config)
         self.mask_predictions = ReplacedTokenDetectionHead(config)
         self.generator = DebertaV2ForMaskedLM(generator_config(config))
+        embeddings = self.generator.deberta.embeddings
+        if embeddings.position_embeddings is None:
+            # EMD's absolute positions: every official DeBERTa has this table (`bert.py:232`), used by EMD only
+            embeddings.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         # -- embedding sharing: the only lines where GDES, ES and NES differ ------------------------------------
         self.sharing = config.embedding_sharing
         self._tied_weights_keys = {}
+        shared = [WORD_EMBEDDINGS] + ([POSITION_EMBEDDINGS] if config.position_biased_input else [])
         if self.sharing == "es":
-            shared = [WORD_EMBEDDINGS] + ([POSITION_EMBEDDINGS] if config.position_biased_input else [])
             self._tied_weights_keys = {f"generator.deberta.{name}": f"deberta.{name}" for name in shared}
         if self.sharing == "gdes":
             table = self.deberta.embeddings.word_embeddings.weight
             self.gdes = GradientDisentangledEmbedding(*table.shape)
+            if config.position_biased_input:  # the official shares the position table too (rtd_task.py:59-64)
+                positions = self.deberta.embeddings.position_embeddings.weight
+                self.gdes_positions = GradientDisentangledEmbedding(*positions.shape)
             self.register_state_dict_post_hook(_merge_gdes)
         self.post_init()  # after every submodule exists: expands the tied keys and ties the shared table
         self._freeze_gdes_slot()
@@ -171,6 +246,8 @@ class BertologyDebertaV3ForPreTraining(DebertaV2PreTrainedModel):
         frozen, so DDP does not wait for its gradient)."""
         if self.sharing == "gdes":
             self.deberta.embeddings.word_embeddings.weight.requires_grad_(False)
+            if hasattr(self, "gdes_positions"):
+                self.deberta.embeddings.position_embeddings.weight.requires_grad_(False)
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
@@ -192,9 +269,37 @@ class BertologyDebertaV3ForPreTraining(DebertaV2PreTrainedModel):
     def discriminate(self, input_ids: torch.Tensor, **kwargs):
         """`DebertaV2Model` outputs of the discriminator on `input_ids`, with its (shared) embeddings."""
         inputs_embeds = self.discriminator_input_embeddings(input_ids)
-        if inputs_embeds is not None:
+        if inputs_embeds is None:
+            return self.deberta(input_ids, **kwargs)
+        if not hasattr(self, "gdes_positions"):
             return self.deberta(inputs_embeds=inputs_embeds, **kwargs)
-        return self.deberta(input_ids, **kwargs)
+        # GDES on the position table: the discriminator's table is sg(P_G) + Δ_P for this call (`rtd_task.py:120-122`)
+        positions = self.gdes_positions.merged_with_gradient(
+            self.generator.deberta.embeddings.position_embeddings.weight
+        )
+        tables = {POSITION_EMBEDDINGS: positions}
+        return torch.func.functional_call(self.deberta, tables, (), {"inputs_embeds": inputs_embeds, **kwargs})
+
+    def gradient_clipping_groups(self) -> list[list[nn.Parameter]]:
+        """The parameters whose gradient norms are clipped apart (`BertologyTrainer`): the generator's, then the
+        discriminator's (with `mask_predictions` and GDES's Δ). Officially each network has its own trainer and
+        optimizer (`rtd_task.py:265,351`), and each optimizer clips its own global norm (`max_grad_norm`,
+        `DeBERTa/optims/args.py:69-72`, `training/optimizer_utils.py:167`, `optims/fp16_optimizer.py:221-231`).
+        A table shared under "es" goes with the generator, whose parameter it is officially (`rtd_task.py:126`)."""
+        generator = [p for p in self.generator.parameters() if p.requires_grad]
+        in_generator = {id(p) for p in generator}
+        return [generator, [p for p in self.parameters() if p.requires_grad and id(p) not in in_generator]]
+
+    def _generator_states(self, outputs, input_ids, attention_mask, position_ids) -> torch.Tensor:
+        """`(B, T, H)` states the generator's head reads: EMD's where the input carries no absolute positions
+        (officially only then, `masked_language_model.py:60,73-74`), else the last layer's."""
+        generator = self.generator.deberta
+        if generator.config.position_biased_input:
+            return outputs.last_hidden_state
+        if position_ids is None:
+            position_ids = torch.arange(input_ids.shape[1], device=input_ids.device)[None]  # (1, T)
+        positions = generator.embeddings.position_embeddings(position_ids.long())  # z_states, raw (`bert.py:253`)
+        return enhanced_mask_decoder(generator, outputs.hidden_states, attention_mask, positions)
 
     # -- the step ----------------------------------------------------------------------------------------------
     def forward(
@@ -220,16 +325,20 @@ class BertologyDebertaV3ForPreTraining(DebertaV2PreTrainedModel):
             hidden = self.discriminate(input_ids, **inputs).last_hidden_state
             return BertologyDebertaV3ForPreTrainingOutput(rtd_logits=self.mask_predictions(hidden))
         config = self.config
+        # Copied from hf_bertology.models.electra.modeling_electra.BertologyElectraForPreTraining.forward[chosen] with real_mask->attention_mask
         chosen = labels.ne(-100)  # (B, T)
+        # the chosen tokens: the batch's flat positions (no host sync), else a boolean index (syncs)
         at = chosen.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
         targets = labels.flatten().index_select(0, at)
         n_chosen = chosen.sum()
         real = attention_mask.bool() if attention_mask is not None else torch.ones_like(chosen)
         n_real = real.sum()
+        # End copied block
 
         # -- generator: masked LM on the chosen positions only ---------------------------------------------------
         generator = self.generator
-        gen_hidden = generator.deberta(input_ids, **inputs).last_hidden_state
+        gen_outputs = generator.deberta(input_ids, **inputs, output_hidden_states=True)
+        gen_hidden = self._generator_states(gen_outputs, input_ids, attention_mask, position_ids)
         gen_hidden = gen_hidden.flatten(0, 1).index_select(0, at)  # (M, H): the chosen tokens
         prediction_logits = generator.lm_predictions(gen_hidden, generator.deberta.embeddings.word_embeddings)
         mlm_sum = F.cross_entropy(prediction_logits.float(), targets, reduction="sum")  # logits (M, V)
@@ -237,7 +346,9 @@ class BertologyDebertaV3ForPreTraining(DebertaV2PreTrainedModel):
 
         # -- fake data (`make_electra_data`): a sample at every chosen position ----------------------------------
         with torch.no_grad():
-            sampled = gumbel_sample(prediction_logits, config.sampling_temperature)  # (M,)
+            keys = kwargs.pop("sample_keys", None)  # the collator's per-token noise keys (`keyed_uniform`)
+            keys = None if keys is None else keys.flatten().index_select(0, at)
+            sampled = gumbel_sample(prediction_logits, config.sampling_temperature, keys)  # (M,)
             original_ids = torch.where(chosen, labels, input_ids)
             replaced_input_ids = original_ids.flatten().index_copy(0, at, sampled).view_as(original_ids)
             rtd_labels = (replaced_input_ids != original_ids) & real  # (B, T)
@@ -245,12 +356,14 @@ class BertologyDebertaV3ForPreTraining(DebertaV2PreTrainedModel):
         # -- discriminator: replaced-token detection over every non-pad token -----------------------------------
         disc_outputs = self.discriminate(replaced_input_ids, **inputs, **kwargs)
         rtd_logits = self.mask_predictions(disc_outputs.last_hidden_state)  # (B, T)
+        # Copied from hf_bertology.models.electra.modeling_electra.BertologyElectraForPreTraining.forward[rtd_loss]
         # over the real tokens by weighting, not selecting: every shape stays the batch's (no host sync)
         rtd_sum = F.binary_cross_entropy_with_logits(
             rtd_logits.float(), rtd_labels.float(), weight=real.float(), reduction="sum"
         )
-        predicted = (rtd_logits.detach() > 0) & real
         rtd_loss = rtd_sum / _denominator(num_items_in_batch, "attention_mask", n_real, n_chosen)
+        # End copied block
+        predicted = (rtd_logits.detach() > 0) & real
 
         return BertologyDebertaV3ForPreTrainingOutput(
             loss=config.generator_weight * mlm_loss + config.discriminator_weight * rtd_loss,
@@ -270,11 +383,17 @@ class BertologyDebertaV3ForPreTraining(DebertaV2PreTrainedModel):
 
 
 def _merge_gdes(module: BertologyDebertaV3ForPreTraining, state_dict: dict, prefix: str, local_metadata) -> None:
-    """State-dict hook: write E_G + Δ as the discriminator's word table, so checkpoints hold the merged embedding.
+    """State-dict hook: write E_G + Δ as the discriminator's word (and GDES-shared position) table, so checkpoints
+    hold the merged embedding.
 
     Only plain state dicts (`keep_vars=False`, what saving uses) are rewritten; parameters themselves never change.
     """
-    key = f"{prefix}deberta.{WORD_EMBEDDINGS}"
-    if key not in state_dict or isinstance(state_dict[key], nn.Parameter) or state_dict[key].is_meta:
-        return
-    state_dict[key] = module.gdes.merged(module.generator.deberta.embeddings.word_embeddings.weight)
+    generator = module.generator.deberta.embeddings
+    merges = [(WORD_EMBEDDINGS, module.gdes, generator.word_embeddings)]
+    if hasattr(module, "gdes_positions"):
+        merges.append((POSITION_EMBEDDINGS, module.gdes_positions, generator.position_embeddings))
+    for name, gdes, table in merges:
+        key = f"{prefix}deberta.{name}"
+        if key not in state_dict or isinstance(state_dict[key], nn.Parameter) or state_dict[key].is_meta:
+            continue
+        state_dict[key] = gdes.merged(table.weight)

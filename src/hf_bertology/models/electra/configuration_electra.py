@@ -92,6 +92,7 @@ class BertologyElectraConfig(ElectraConfig):
     ):
         if not 0.0 < generator_hidden_fraction <= 1.0:
             raise ValueError(f"generator_hidden_fraction must be in (0, 1], got {generator_hidden_fraction}")
+        # Copied from hf_bertology.models.bert.configuration_bert.BertologyBertConfig.__init__[masking_checks]
         if not 0.0 < mlm_probability < 1.0:
             raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}")
         if mask_replace_prob < 0 or random_replace_prob < 0 or mask_replace_prob + random_replace_prob > 1:
@@ -101,6 +102,7 @@ class BertologyElectraConfig(ElectraConfig):
             )
         if max_predictions_per_seq is not None and max_predictions_per_seq < 1:
             raise ValueError(f"max_predictions_per_seq must be >= 1 or None, got {max_predictions_per_seq}")
+        # End copied block
         if generator_weight < 0 or discriminator_weight < 0:
             raise ValueError("generator_weight and discriminator_weight must be >= 0")
         if sampling_temperature <= 0:

@@ -104,6 +104,7 @@ class BertologyElectraForPreTrainingOutput(ModelOutput):
     attentions: tuple[torch.Tensor, ...] | None = None
 
 
+# Copied from hf_bertology.models.bert.modeling_bert._denominator
 def _denominator(num_items_in_batch, key: str, local_count: torch.Tensor, local_tokens: torch.Tensor):
     """Count that turns a summed loss into the mean over the whole optimizer step.
 
@@ -122,13 +123,33 @@ def _denominator(num_items_in_batch, key: str, local_count: torch.Tensor, local_
     return local_count * num_items_in_batch / local_tokens.clamp(min=1)
 
 
-def gumbel_sample(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """Token ids drawn from `softmax(logits / temperature)` by Gumbel-max, in fp32 (`sample_from_softmax`).
+def keyed_uniform(keys: torch.Tensor, size: int) -> torch.Tensor:
+    """`(M, size)` float32 uniforms in [0, 1): entry (m, v) a hash of `keys[m]` (int64) and v (SplitMix64 on a
+    counter, as hf_bertology's collators draw their masks), so the noise of an example's token does not depend on
+    the process, the batch or the random state; 24 random bits, exact in float32."""
+    golden, mix1, mix2 = -7046029254386353131, -4658895280553007687, -7723592293110705685  # SplitMix64's, signed
 
-    fp32 because Gumbel noise in half precision is biased (pytorch #41663); the 1e-9 keep `log` finite, as in the
-    official code. `argmax(l / T + g) == argmax(l + T * g)`; the noise is built in place (it is (M, vocab) large).
+    def shift(x: torch.Tensor, bits: int) -> torch.Tensor:  # logical right shift of int64 (`>>` keeps the sign)
+        return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+    x = keys[:, None] + torch.arange(1, size + 1, device=keys.device) * golden  # (M, size), wrapping int64
+    x = (x ^ shift(x, 30)) * mix1
+    x = (x ^ shift(x, 27)) * mix2
+    return shift(x ^ shift(x, 31), 40).float() * 2.0**-24
+
+
+def gumbel_sample(logits: torch.Tensor, temperature: float = 1.0, keys: torch.Tensor | None = None) -> torch.Tensor:
+    """Token ids drawn from `softmax(logits / temperature)` by Gumbel-max, in fp32 (ELECTRA's `sample_from_softmax`).
+
+    fp32 because Gumbel noise in half precision is biased (pytorch #41663); the 1e-9 keep `log` finite, as in
+    ELECTRA's code. `argmax(l / T + g) == argmax(l + T * g)`; the noise is built in place (it is (M, vocab) large).
     """
-    noise = torch.rand(logits.shape, device=logits.device, dtype=torch.float32)
+    if keys is None:
+        noise = torch.rand(logits.shape, device=logits.device, dtype=torch.float32)
+    elif len(keys):  # in blocks of rows: the int64 hash of a whole (M, vocab) block would take 2x the noise's memory
+        noise = torch.cat([keyed_uniform(block, logits.shape[-1]) for block in keys.split(1024)])
+    else:
+        noise = torch.zeros(logits.shape, device=logits.device, dtype=torch.float32)
     noise.add_(1e-9).log_().neg_().add_(1e-9).log_().neg_()  # Gumbel(0, 1) = -log(-log(U))
     if temperature != 1.0:
         noise.mul_(temperature)
@@ -240,6 +261,7 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
         position_ids: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         target_positions: torch.Tensor | None = None,
+        sample_keys: torch.Tensor | None = None,
         num_items_in_batch: Mapping | torch.Tensor | int | None = None,
         **kwargs,
     ) -> BertologyElectraForPreTrainingOutput:
@@ -249,13 +271,18 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
             only the discriminator runs, on `input_ids` (as `ElectraForPreTraining`).
         target_positions (`(M,)`): flat indices of the chosen tokens (`labels.flatten().ne(-100).nonzero()`),
             computed on the host by our collators: the generator's head then gathers them with no host sync.
+        sample_keys (`(batch, seq_len)` int64): the collator's per-token keys of the sampling noise
+            (`keyed_uniform`); without them the noise comes from torch's random state.
         cu_seq_lens_q (in `kwargs`): a padding-free batch (`hf_bertology.collators.flatten`); the generator and the
             discriminator both run on the flat row.
         """
+        # the real tokens (RTD's weights), read before a packed batch drops the mask: a fixed-shape batch
+        # (`collators.fixed_shape`) has filler slots that are not real
+        real_mask = attention_mask
         if kwargs.get("cu_seq_lens_q") is not None:
             if self.config._attn_implementation not in PACKED_IMPLEMENTATIONS:
                 raise ValueError(f"a padding-free batch needs attn_implementation in {PACKED_IMPLEMENTATIONS}")
-            attention_mask = None  # every token is real; the boundaries keep examples apart
+            attention_mask = None  # the boundaries keep examples apart
         if labels is None:
             outputs = self.electra(
                 input_ids,
@@ -268,13 +295,15 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
                 rtd_logits=self.discriminator_predictions(outputs.last_hidden_state)
             )
         config = self.config
+        # Copy source: chosen
         chosen = labels.ne(-100)  # (B, T)
         # the chosen tokens: the batch's flat positions (no host sync), else a boolean index (syncs)
         at = chosen.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
         targets = labels.flatten().index_select(0, at)
         n_chosen = chosen.sum()
-        real = attention_mask.bool() if attention_mask is not None else torch.ones_like(chosen)
+        real = real_mask.bool() if real_mask is not None else torch.ones_like(chosen)
         n_real = real.sum()
+        # End copy source: chosen
 
         # -- generator: masked LM on the chosen positions only ---------------------------------------------------
         frozen_generator = self.training_stage == "discriminator"
@@ -291,21 +320,24 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
             prediction_logits = self.generator.generator_lm_head(gen_hidden)  # (M, V)
         mlm_sum = F.cross_entropy(prediction_logits.float(), targets, reduction="sum")
         mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", n_chosen, n_chosen)
-        mlm_accuracy = (prediction_logits.argmax(-1) == targets).float().mean()
+        mlm_accuracy = (prediction_logits.argmax(-1) == targets).sum() / n_chosen
         if self.training_stage == "generator":
             return BertologyElectraForPreTrainingOutput(
                 loss=mlm_loss, mlm_loss=mlm_loss, mlm_accuracy=mlm_accuracy, prediction_logits=prediction_logits
             )
 
         # -- fake data (`_get_fake_data`): unmask, then sample every chosen position ------------------------------
+        # Copy source: fake_data
         with torch.no_grad():
             sample_logits = prediction_logits.detach().float()
             if config.disallow_correct:
                 sample_logits[torch.arange(len(targets), device=targets.device), targets] = -1e9
-            sampled = gumbel_sample(sample_logits, config.sampling_temperature)  # (M,)
+            keys = None if sample_keys is None else sample_keys.flatten().index_select(0, at)
+            sampled = gumbel_sample(sample_logits, config.sampling_temperature, keys)  # (M,)
             original_ids = torch.where(chosen, labels, input_ids)
             replaced_input_ids = original_ids.flatten().index_copy(0, at, sampled).view_as(original_ids)
             rtd_labels = (replaced_input_ids != original_ids) & real  # (B, T)
+        # End copy source: fake_data
 
         # -- discriminator: replaced-token detection over every non-pad token -----------------------------------
         disc_outputs = self.electra(
@@ -316,11 +348,13 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
             **kwargs,
         )
         rtd_logits = self.discriminator_predictions(disc_outputs.last_hidden_state)  # (B, T)
-        # Over the real tokens by weighting, not selecting: every shape stays the batch's (no host sync).
+        # Copy source: rtd_loss
+        # over the real tokens by weighting, not selecting: every shape stays the batch's (no host sync)
         rtd_sum = F.binary_cross_entropy_with_logits(
             rtd_logits.float(), rtd_labels.float(), weight=real.float(), reduction="sum"
         )
         rtd_loss = rtd_sum / _denominator(num_items_in_batch, "attention_mask", n_real, n_chosen)
+        # End copy source: rtd_loss
         with torch.no_grad():
             predicted, replaced = (rtd_logits > 0) & real, rtd_labels
             true_positives = (predicted & replaced).sum()

@@ -45,6 +45,7 @@ class BertologyModernBertConfig(ModernBertConfig):
         input_format: str = "packed_documents",
         **kwargs,
     ):
+        # Copied from hf_bertology.models.bert.configuration_bert.BertologyBertConfig.__init__[masking_checks]
         if not 0.0 < mlm_probability < 1.0:
             raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}")
         if mask_replace_prob < 0 or random_replace_prob < 0 or mask_replace_prob + random_replace_prob > 1:
@@ -54,6 +55,7 @@ class BertologyModernBertConfig(ModernBertConfig):
             )
         if max_predictions_per_seq is not None and max_predictions_per_seq < 1:
             raise ValueError(f"max_predictions_per_seq must be >= 1 or None, got {max_predictions_per_seq}")
+        # End copied block
         if masking_draw not in ("bernoulli", "exact"):
             raise ValueError(f"masking_draw must be 'bernoulli' or 'exact', got {masking_draw!r}")
         if attention_output_dropout is not None and not 0.0 <= attention_output_dropout < 1.0:

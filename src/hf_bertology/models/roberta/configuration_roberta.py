@@ -32,6 +32,7 @@ class BertologyRobertaConfig(RobertaConfig):
         input_format: str = "full_sentences",
         **kwargs,
     ):
+        # Copied from hf_bertology.models.bert.configuration_bert.BertologyBertConfig.__init__[masking_checks]
         if not 0.0 < mlm_probability < 1.0:
             raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}")
         if mask_replace_prob < 0 or random_replace_prob < 0 or mask_replace_prob + random_replace_prob > 1:
@@ -41,6 +42,7 @@ class BertologyRobertaConfig(RobertaConfig):
             )
         if max_predictions_per_seq is not None and max_predictions_per_seq < 1:
             raise ValueError(f"max_predictions_per_seq must be >= 1 or None, got {max_predictions_per_seq}")
+        # End copied block
         self.mlm_probability = mlm_probability
         self.max_predictions_per_seq = max_predictions_per_seq
         self.mask_replace_prob = mask_replace_prob

@@ -86,6 +86,7 @@ class BertologyRobertaForPreTraining(RobertaPreTrainedModel):
             if self.config._attn_implementation not in PACKED_IMPLEMENTATIONS:
                 raise ValueError(f"a padding-free batch needs attn_implementation in {PACKED_IMPLEMENTATIONS}")
             position_ids = position_ids + self.config.pad_token_id + 1  # RoBERTa's positions start after padding
+        # Copied from hf_bertology.models.bert.modeling_bert.BertologyBertForPreTraining.forward[backbone_call] with self.bert->self.roberta
         outputs = self.roberta(
             input_ids,
             attention_mask=None if packed else attention_mask,  # packed: the boundaries keep examples apart
@@ -95,6 +96,7 @@ class BertologyRobertaForPreTraining(RobertaPreTrainedModel):
             return_dict=True,
             **kwargs,
         )
+        # End copied block
         sequence_output = outputs.last_hidden_state
         loss = mlm_accuracy = None
         if labels is None:
@@ -109,7 +111,7 @@ class BertologyRobertaForPreTraining(RobertaPreTrainedModel):
                 num_items_in_batch = num_items_in_batch.get("labels")
             denominator = predicted.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
             loss = F.cross_entropy(logits.float(), targets, reduction="sum") / denominator
-            mlm_accuracy = (logits.argmax(-1) == targets).float().mean()
+            mlm_accuracy = (logits.argmax(-1) == targets).sum() / targets.ne(-100).sum()
 
         return BertologyRobertaForPreTrainingOutput(
             loss=loss,

@@ -127,9 +127,11 @@ class BertologySpanBertForPreTraining(BertPreTrainedModel):
         if isinstance(module, SpanBoundaryHead):
             init.zeros_(module.bias)  # transformers' `init` skips weights loaded from a checkpoint
 
+    # Copied from hf_bertology.models.bert.modeling_bert.BertologyBertForPreTraining.get_output_embeddings
     def get_output_embeddings(self):
         return self.cls.predictions.decoder
 
+    # Copied from hf_bertology.models.bert.modeling_bert.BertologyBertForPreTraining.set_output_embeddings
     def set_output_embeddings(self, new_embeddings):
         self.cls.predictions.decoder = new_embeddings
         self.cls.predictions.bias = new_embeddings.bias
@@ -161,6 +163,7 @@ class BertologySpanBertForPreTraining(BertPreTrainedModel):
         cu_seq_lens_q (in `kwargs`): a padding-free batch (`hf_bertology.collators.flatten`); `sbo_boundaries` are
             then positions in the flat row.
         """
+        # Copied from hf_bertology.models.bert.modeling_bert.BertologyBertForPreTraining.forward[packed_backbone]
         packed = kwargs.get("cu_seq_lens_q") is not None
         if packed and self.config._attn_implementation not in PACKED_IMPLEMENTATIONS:
             raise ValueError(f"a padding-free batch needs attn_implementation in {PACKED_IMPLEMENTATIONS}")
@@ -173,6 +176,7 @@ class BertologySpanBertForPreTraining(BertPreTrainedModel):
             return_dict=True,
             **kwargs,
         )
+        # End copied block
         sequence_output = outputs.last_hidden_state  # (B, T, H)
         loss = mlm_loss = sbo_loss = mlm_accuracy = sbo_accuracy = sbo_logits = None
         if labels is None:
@@ -185,7 +189,7 @@ class BertologySpanBertForPreTraining(BertPreTrainedModel):
             logits = self.cls(states)  # (M, V): sparse prediction
             mlm_sum = F.cross_entropy(logits.float(), targets, reduction="sum")
             mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", predicted.sum())
-            mlm_accuracy = (logits.argmax(-1) == targets).float().mean()
+            mlm_accuracy = (logits.argmax(-1) == targets).sum() / targets.ne(-100).sum()
             loss = mlm_loss
         if sbo_labels is not None:
             if sbo_boundaries is None or sbo_relative_positions is None:
@@ -201,7 +205,7 @@ class BertologySpanBertForPreTraining(BertPreTrainedModel):
             sbo_sum = F.cross_entropy(sbo_logits.float(), sbo_targets, reduction="sum")
             n_sbo = has_target.sum()
             sbo_loss = sbo_sum / _denominator(num_items_in_batch, "sbo_labels", n_sbo)
-            sbo_accuracy = (sbo_logits.argmax(-1) == sbo_targets).float().mean()
+            sbo_accuracy = (sbo_logits.argmax(-1) == sbo_targets).sum() / n_sbo
             weighted = self.config.sbo_loss_weight * sbo_loss
             loss = weighted if loss is None else loss + weighted
 

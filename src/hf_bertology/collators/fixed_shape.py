@@ -1,0 +1,355 @@
+"""Fixed-shape token-budget batches: every training step has the same tensor shapes.
+
+Padding-free batches (`collators.flatten`) remove padding, but every batch then has its own token count, number of
+examples and number of labelled tokens, so a compiled step runs with dynamic shapes and cannot be captured as a CUDA
+graph (whose launches are what caps small models on a GPU: issue 28). Here a step is a fixed **token budget** instead
+of a fixed number of examples:
+
+- `rows` bins of `row_length` token slots each (`T = rows * row_length`), filled with whole examples by best-fit
+  decreasing packing (`best_fit`); `TokenBudgetBatchSampler` picks the examples of each step from a look-ahead
+  pool of the shuffled order, so that the bins come out (almost) full, and lists them row by row; the collator
+  keeps that order (`next_fit`), so the flat row holds the padded batch's examples in the padded batch's order.
+- The step is one `(1, T)` row, laid out as `flatten_batch` lays it out (the same keys, the same varlen attention
+  keywords): examples end to end inside their bin, position ids restarting in every example. The empty tail of
+  each bin is cut into "filler" segments of at most `max_length` tokens (attention stays inside each), and the
+  number of segments is padded to `max_sequences` with zero-length segments at the start, so `cu_seq_lens_q` is
+  always `(max_sequences + 1,)` and `max_length_q` is always `max_length`.
+- Labels are -100 on the filler slots; per-example keys (`next_sentence_label`, `sentence_order_label`) get one
+  entry per segment, -100 for filler and empty segments (cross-entropy ignores them); `attention_mask` is 1 on real
+  tokens and 0 on fillers, so the Trainer's counts (real tokens, labelled tokens, examples) are those of the padded
+  batch and the losses, which divide by those counts, are unchanged.
+- The prediction targets (`target_positions`, `sbo_target_positions`) are padded to `max_targets` with the index of
+  the last slot, which is always a filler (the sampler never fills it): a padded target has label -100, so it adds
+  nothing to a loss, its gradient is zero, and its accuracy counts divide by the real targets.
+
+The masking is the wrapped collator's, on the padded batch of the same examples (the same draws), as in
+`PaddingFreeCollator`. What changes from step to step is only the values, never a shape: `torch.compile(...,
+dynamic=False, fullgraph=True)` compiles once, and on CUDA the step can be replayed as a CUDA graph.
+
+**How the budget is chosen** (`TokenBudget.for_lengths`): `row_length` is a multiple of the longest example
+(`max_seq_length`); `rows * row_length` is the padded batch's slot count `batch_size * max_seq_length` scaled by the
+mean example length over the longest (so a step holds about `batch_size` examples, and the optimizer recipe's
+examples per step stay what the paper says), rounded up to whole rows; `max_sequences` allows twice the mean number
+of examples per step plus the fillers; `max_targets` is the expected labelled share of the budget with a 6-sigma
+binomial margin. A step that would overflow `max_targets` grows it (one recompilation, logged), never drops a target.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..utils import logger
+from .base import CollatorWrapper
+from .flatten import POSITION_KEYS, TARGET_POSITIONS, UNFLATTENABLE, add_target_positions, flatten_batch
+
+# Keys of a padded batch that are per token but not labels: their filler value.
+_LABEL_FILL = -100
+
+
+class DoesNotFit(ValueError):
+    """The examples of a batch do not fit the token budget."""
+
+
+def _round_up(value: float, multiple: int) -> int:
+    return int(math.ceil(value / multiple) * multiple)
+
+
+@dataclass
+class TokenBudget:
+    """The fixed shape of every step (module docstring)."""
+
+    rows: int
+    row_length: int
+    max_length: int  # the longest example (and filler segment): `max_length_q`, the re-padded width on CPU
+    max_sequences: int  # segments per step, real examples plus fillers plus empty ones: `len(cu_seq_lens_q) - 1`
+    max_targets: int  # entries of every `*target_positions`
+    target_fraction: float = 0.15  # labelled share of the real tokens, for growing `max_targets` (logged)
+
+    def __post_init__(self):
+        if self.row_length < self.max_length:
+            raise ValueError(f"row_length {self.row_length} is shorter than the longest example {self.max_length}")
+        if self.max_sequences < self.rows * math.ceil(self.row_length / self.max_length) + 1:
+            raise ValueError("max_sequences leaves no room for an example next to the fillers")
+
+    @property
+    def slots(self) -> int:
+        return self.rows * self.row_length
+
+    @property
+    def fillers_per_row(self) -> int:
+        return math.ceil(self.row_length / self.max_length)
+
+    @property
+    def max_examples(self) -> int:
+        """Examples a step may hold: the segments left once every row may need its fillers."""
+        return self.max_sequences - self.rows * self.fillers_per_row
+
+    @classmethod
+    def for_lengths(
+        cls,
+        lengths: Sequence[int],
+        batch_size: int,
+        max_seq_length: int,
+        rows_per_example_length: int = 4,
+        target_fraction: float = 0.15,
+    ) -> TokenBudget:
+        """The budget for a dataset with these example lengths (module docstring, "How the budget is chosen").
+
+        `rows_per_example_length`: a row holds this many longest examples; longer rows pack better (fewer bin ends),
+        and on a GPU any row length costs the same (varlen attention never crosses a segment).
+        """
+        lengths = np.asarray(lengths)
+        mean = float(lengths.mean()) if len(lengths) else float(max_seq_length)
+        row_length = rows_per_example_length * max_seq_length
+        slots = batch_size * mean
+        rows = max(1, math.ceil(slots / row_length))
+        examples = rows * row_length / mean
+        fillers = rows * math.ceil(row_length / max_seq_length)
+        labelled = rows * row_length * target_fraction
+        return cls(
+            rows=rows,
+            row_length=row_length,
+            max_length=max_seq_length,
+            max_sequences=_round_up(2 * examples + fillers + 1, 8),
+            max_targets=_round_up(labelled + 6 * math.sqrt(labelled) + 16, 64),
+            target_fraction=target_fraction,
+        )
+
+
+def best_fit(lengths: Sequence[int], budget: TokenBudget) -> tuple[list[list[int]], list[int]]:
+    """Best-fit decreasing: `(bins, rest)`, the indices of `lengths` placed in each of `budget.rows` bins (in
+    decreasing length) and those left out. The last slot of the last bin is kept free (the padded targets' index),
+    and at most `budget.max_examples` are placed. Deterministic: ties keep the input order."""
+    free = [budget.row_length] * budget.rows
+    free[-1] -= 1
+    bins: list[list[int]] = [[] for _ in range(budget.rows)]
+    rest: list[int] = []
+    placed = 0
+    for index in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        length = lengths[index]
+        if length > budget.max_length:
+            raise ValueError(f"an example of {length} tokens exceeds the budget's max_length {budget.max_length}")
+        best = -1
+        if placed < budget.max_examples:
+            for row, room in enumerate(free):
+                if length <= room and (best < 0 or room < free[best]):
+                    best = row
+        if best < 0:
+            rest.append(index)
+            continue
+        free[best] -= length
+        bins[best].append(index)
+        placed += 1
+    return bins, rest
+
+
+class TokenBudgetBatchSampler(torch.utils.data.Sampler):
+    """Batches of dataset indices that fill a `TokenBudget` (best-fit decreasing over a look-ahead pool).
+
+    The order is a seeded permutation per epoch (`set_epoch`), read in order into a pool of `pool_steps` steps'
+    worth of examples; each step takes the pool's best fit, and the examples left wait for a later step (short ones
+    fill the ends of bins). The last steps of an epoch empty the pool. A step never holds more than
+    `budget.max_examples` examples or more tokens than the budget.
+    """
+
+    def __init__(
+        self, lengths: Sequence[int], budget: TokenBudget, shuffle: bool = True, seed: int = 0, pool_steps: int = 4
+    ):
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self.budget = budget
+        self.shuffle = shuffle
+        self.seed = seed
+        self.epoch = 0
+        self.pool_size = max(1, int(pool_steps * budget.slots / max(1.0, float(self.lengths.mean()))))
+        self._batches: list[list[int]] | None = None
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self.epoch, self._batches = epoch, None
+
+    def _plan(self) -> list[list[int]]:
+        if self._batches is None:
+            n = len(self.lengths)
+            order = np.random.default_rng([self.seed, self.epoch]).permutation(n) if self.shuffle else np.arange(n)
+            batches, pool, cursor = [], [], 0
+            while cursor < n or pool:
+                take = min(n, cursor + self.pool_size - len(pool))
+                pool.extend(order[cursor:take].tolist())
+                cursor = take
+                bins, rest = best_fit([int(self.lengths[i]) for i in pool], self.budget)
+                chosen = [pool[i] for row in bins for i in row]
+                if not chosen:
+                    raise ValueError("an example does not fit the token budget")
+                batches.append(chosen)  # row by row: `lay_out` keeps this order (`next_fit`)
+                pool = [pool[i] for i in sorted(rest)]
+            self._batches = batches
+        return self._batches
+
+    def __iter__(self) -> Iterator[list[int]]:
+        yield from self._plan()
+
+    def __len__(self) -> int:
+        return len(self._plan())
+
+
+def next_fit(lengths: Sequence[int], budget: TokenBudget) -> list[list[int]] | None:
+    """The examples in their order, each row filled until the next one does not fit (`None` if they need more rows
+    than the budget has). For a sequence that `best_fit`'s rows hold, read row by row (the sampler's order), this
+    always succeeds: greedy filling is optimal among order-keeping placements. Keeping the order keeps everything a
+    model draws per target (ELECTRA's samples) in the padded batch's order."""
+    bins: list[list[int]] = [[] for _ in range(budget.rows)]
+    row, room = 0, budget.row_length - (budget.rows == 1)
+    for index, length in enumerate(lengths):
+        while length > room:
+            row += 1
+            if row == budget.rows:
+                return None
+            room = budget.row_length - (row == budget.rows - 1)  # the last slot stays free
+        bins[row].append(index)
+        room -= length
+    return bins
+
+
+def lay_out(batch: dict[str, torch.Tensor], budget: TokenBudget) -> dict[str, torch.Tensor]:
+    """A right-padded batch (`attention_mask` `(B, L)`) of examples that fit `budget`, as the fixed-shape row
+    (module docstring). Raises `ValueError` when they do not fit."""
+    if "attention_mask" not in batch:
+        raise ValueError("lay_out needs the batch's attention_mask to know which tokens are real")
+    for key in UNFLATTENABLE:
+        if key in batch:
+            raise ValueError(f"a batch with {key!r} (XLNet's permutation LM) cannot be packed; keep it padded")
+    real = batch["attention_mask"].bool()
+    count, width = real.shape
+    lengths = real.sum(1).tolist()
+    bins, rest = next_fit(lengths, budget), []
+    if bins is None:  # not in a sampler's order: place them best-fit (the examples' order then changes)
+        bins, rest = best_fit(lengths, budget)
+    if rest:
+        raise DoesNotFit(
+            f"{len(rest)} of {count} examples do not fit the token budget ({budget.rows} x {budget.row_length}); "
+            "batch them with TokenBudgetBatchSampler"
+        )
+    # segments in flat order: (example or -1 for a filler, start, length)
+    segments: list[tuple[int, int, int]] = []
+    for row, members in enumerate(bins):
+        start = row * budget.row_length
+        for example in members:
+            segments.append((example, start, lengths[example]))
+            start += lengths[example]
+        end = (row + 1) * budget.row_length
+        while start < end:
+            piece = min(budget.max_length, end - start)
+            segments.append((-1, start, piece))
+            start += piece
+    empty = budget.max_sequences - len(segments)
+    if empty < 0:  # best_fit caps the examples, so only a too-small max_sequences gets here
+        raise ValueError(f"{len(segments)} segments exceed max_sequences={budget.max_sequences}")
+    seg_example = torch.tensor([-1] * empty + [s[0] for s in segments])
+    seg_start = torch.tensor([0] * empty + [s[1] for s in segments])
+    seg_length = torch.tensor([0] * empty + [s[2] for s in segments])
+    cu_seqlens = torch.zeros(budget.max_sequences + 1, dtype=torch.int32)
+    cu_seqlens[1:] = seg_length.cumsum(0)
+
+    # every slot: its segment and its position in it
+    slot_segment = torch.repeat_interleave(torch.arange(budget.max_sequences), seg_length)  # (T,)
+    slot_position = torch.arange(budget.slots) - seg_start[slot_segment]
+    # where each real token of the padded batch goes: its example's segment start + its column
+    is_example = seg_example >= 0
+    example_start = torch.empty(count, dtype=torch.long)
+    example_start[seg_example[is_example]] = seg_start[is_example]
+    rows_of, cols_of = real.nonzero(as_tuple=True)
+    destination = example_start[rows_of] + cols_of  # (N real,)
+
+    out: dict[str, torch.Tensor] = {}
+    for key, value in batch.items():
+        if key == "attention_mask" or key in TARGET_POSITIONS.values():
+            continue
+        if torch.is_tensor(value) and value.dim() >= 2 and value.shape[:2] == (count, width):
+            fill = _LABEL_FILL if "label" in key else 0
+            flat = value.new_full((budget.slots, *value.shape[2:]), fill)
+            tokens = value[real]
+            if key in POSITION_KEYS:  # positions in the padded row -> positions in the flat row
+                tokens = tokens + example_start[rows_of].view(-1, *([1] * (tokens.dim() - 1)))
+            flat[destination] = tokens
+            out[key] = flat.unsqueeze(0)
+        elif torch.is_tensor(value) and value.dim() >= 1 and value.shape[0] == count:  # per example
+            per_segment = value.new_full((budget.max_sequences, *value.shape[1:]), _LABEL_FILL)
+            per_segment[is_example] = value[seg_example[is_example]]
+            out[key] = per_segment
+        else:
+            out[key] = value
+    mask = torch.zeros(budget.slots, dtype=batch["attention_mask"].dtype)
+    mask[destination] = 1
+    out["attention_mask"] = mask.unsqueeze(0)
+    out["position_ids"] = slot_position.unsqueeze(0)
+    out["cu_seq_lens_q"] = out["cu_seq_lens_k"] = cu_seqlens
+    out["max_length_q"] = out["max_length_k"] = budget.max_length
+    out["packed_slots"] = slot_segment * budget.max_length + slot_position  # for the CPU's re-padded attention
+    columns = torch.arange(budget.max_length)[None, :]
+    # an empty segment keeps one (zero, never gathered) key: a row with none would be NaN (`packed_key_mask`)
+    out["packed_key_mask"] = (columns < seg_length[:, None]) | (columns == 0)
+    add_fixed_target_positions(out, budget)
+    return out
+
+
+def add_fixed_target_positions(batch: dict[str, torch.Tensor], budget: TokenBudget) -> dict[str, torch.Tensor]:
+    """Each label key's labelled flat indices, padded to `budget.max_targets` with the last slot (a filler whose label
+    is -100). Grows `budget.max_targets` when a step has more (logged: a compiled step recompiles once)."""
+    for key, name in TARGET_POSITIONS.items():
+        labels = batch.get(key)
+        if not torch.is_tensor(labels):
+            continue
+        positions = labels.flatten().ne(_LABEL_FILL).nonzero().squeeze(1)
+        if positions.numel() > budget.max_targets:
+            grown = _round_up(positions.numel() * 1.25, 64)
+            logger.warning(
+                f"{positions.numel()} targets exceed max_targets={budget.max_targets}; growing to {grown} "
+                "(a compiled step recompiles once)"
+            )
+            budget.max_targets = grown
+        padded = torch.full((budget.max_targets,), budget.slots - 1, dtype=torch.long)
+        padded[: positions.numel()] = positions
+        batch[name] = padded
+    return batch
+
+
+class FixedShapeCollator(CollatorWrapper):
+    """Wraps one of our collators: it collates (and masks) the padded batch of a step's examples as always, then
+    `lay_out` gives the fixed-shape row. Use with `TokenBudgetBatchSampler(lengths, budget)` so every step's
+    examples fit; the model needs a packed-aware attention (`training.attention.use_padding_free`)."""
+
+    def __init__(self, collator, budget: TokenBudget):
+        super().__init__(collator)
+        self.budget = budget
+
+    def __call__(self, features):
+        batch = self.collator(features)
+        try:
+            return lay_out(batch, self.budget)
+        except DoesNotFit:  # a batch the sampler did not make (evaluation): the padding-free layout
+            return add_target_positions(flatten_batch(batch))
+
+
+def padding_waste(batches: Sequence[Sequence[int]], lengths: Sequence[int], budget: TokenBudget) -> float:
+    """Computed slots / real tokens over these batches (every step computes `budget.slots` slots)."""
+    lengths = np.asarray(lengths)
+    real = sum(int(lengths[list(b)].sum()) for b in batches)
+    return len(batches) * budget.slots / real
+
+
+__all__ = [
+    "DoesNotFit",
+    "FixedShapeCollator",
+    "TokenBudget",
+    "TokenBudgetBatchSampler",
+    "add_fixed_target_positions",
+    "best_fit",
+    "lay_out",
+    "next_fit",
+    "padding_waste",
+]

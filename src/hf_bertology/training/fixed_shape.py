@@ -1,0 +1,82 @@
+"""Fixed-shape token-budget steps in a Trainer (`bertology pretrain --fixed_shape_batches`).
+
+`collators.fixed_shape` builds the batches; this module puts them into a `BertologyTrainer` already built for
+padding-free batches: the training dataloader draws its steps from a `TokenBudgetBatchSampler` (through the
+Trainer's own batch-sampler path, the one `transformers.trainer_pt_utils.BatchRebalanceSampler` takes), the
+collator lays every step out in the budget's shape, and `--torch_compile` compiles with static shapes
+(`dynamic=False`: one graph, which `--torch_compile_mode reduce-overhead` can replay as a CUDA graph).
+Evaluation batches keep the padding-free layout (`FixedShapeCollator` falls back to it for a batch the sampler did
+not make).
+"""
+
+from __future__ import annotations
+
+import datasets
+import pyarrow.compute as pc
+from transformers.trainer_pt_utils import BatchRebalanceSampler
+
+from ..collators.fixed_shape import FixedShapeCollator, TokenBudget, TokenBudgetBatchSampler
+from ..collators.flatten import PaddingFreeCollator
+from ..utils import BertologyError, logger
+
+
+class TrainerTokenBudgetSampler(TokenBudgetBatchSampler, BatchRebalanceSampler):
+    """`TokenBudgetBatchSampler` for one process of `num_replicas`: every process plans the same steps (one seed)
+    and takes every `num_replicas`-th, the epoch cut to a multiple of `num_replicas` so all take as many. It is a
+    `BatchRebalanceSampler` only so that the Trainer passes it as the DataLoader's `batch_sampler` and does not
+    shard it again."""
+
+    def __init__(self, lengths, budget: TokenBudget, seed: int = 0, num_replicas: int = 1, rank: int = 0):
+        TokenBudgetBatchSampler.__init__(self, lengths, budget, shuffle=True, seed=seed)
+        self.num_replicas, self.rank = num_replicas, rank
+
+    def __iter__(self):
+        batches = self._plan()
+        usable = len(batches) - len(batches) % self.num_replicas
+        yield from batches[self.rank : usable : self.num_replicas]
+
+    def __len__(self) -> int:
+        return len(self._plan()) // self.num_replicas
+
+
+def example_lengths(dataset) -> list[int]:
+    """Tokens of every example (`input_ids`), read from the Arrow column without decoding the rows (through the
+    dataset's indices: a `select`ed dataset's `.data` is still the whole table)."""
+    if isinstance(dataset, datasets.Dataset):
+        column = dataset.select_columns(["input_ids"]).with_format("arrow")[:]["input_ids"]
+        return pc.list_value_length(column).to_pylist()
+    return [len(example["input_ids"]) for example in dataset]
+
+
+def use_fixed_shape(trainer, max_seq_length: int, rows_per_example_length: int = 4) -> TokenBudget:
+    """Give `trainer` (built with a `PaddingFreeCollator` and a map-style training set) fixed-shape steps of about
+    `per_device_train_batch_size` examples (`TokenBudget.for_lengths`); returns the budget."""
+    collator = trainer.data_collator
+    if not isinstance(collator, PaddingFreeCollator):
+        raise BertologyError(
+            "--fixed_shape_batches needs padding-free batches (a packable recipe, --padding_free, no --streaming)"
+        )
+    if not hasattr(trainer.train_dataset, "__len__"):
+        raise BertologyError("--fixed_shape_batches needs a map-style training set (not --streaming)")
+    args = trainer.args
+    lengths = example_lengths(trainer.train_dataset)
+    budget = TokenBudget.for_lengths(
+        lengths,
+        args.per_device_train_batch_size,
+        max_seq_length,
+        rows_per_example_length=rows_per_example_length,
+        target_fraction=getattr(collator, "mlm_probability", 0.15),  # the recipe's masking rate sizes the targets
+    )
+    trainer.data_collator = FixedShapeCollator(collator.collator, budget)
+    seed = args.data_seed if args.data_seed is not None else args.seed
+    trainer.train_batch_sampler = TrainerTokenBudgetSampler(
+        lengths, budget, seed=seed, num_replicas=args.world_size, rank=args.process_index
+    )
+    plugin = getattr(trainer.accelerator.state, "dynamo_plugin", None)
+    if args.torch_compile and plugin is not None:
+        plugin.dynamic = False  # every step has one shape: a static graph (BertologyTrainer asks dynamic otherwise)
+    logger.info("fixed-shape steps: %s", budget)
+    return budget
+
+
+__all__ = ["TrainerTokenBudgetSampler", "example_lengths", "use_fixed_shape"]

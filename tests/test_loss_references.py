@@ -1,0 +1,203 @@
+"""Every pretraining loss recomputed from the model's own logits and the batch's labels in plain torch (issue 30).
+
+The models return (or a forward hook exposes) their logits; the references below are a few lines each, written
+from the papers' definitions, never by calling the code under test: MLM and SBO are the mean negative
+log-likelihood of the labelled tokens, RTD the mean binary cross-entropy over the real (non-padding) tokens with
+"replaced" = the sampled token differs from the original, a sentence task the mean cross-entropy over the examples,
+and the total is the documented weighted sum. Each family and composed cell runs on a real collator's padded batch
+(with no counts: the evaluation path) and on its padding-free form where the encoder packs. Label smoothing in a
+cross-entropy, padding counted in RTD or its denominator, or a composed cell dropping a loss term fails here.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from hf_bertology.collators.flatten import flatten_batch
+from hf_bertology.data import build_pretraining_dataset, load_corpus, tokenize_corpus
+from hf_bertology.recipes import BACKBONES, get_recipe
+from hf_bertology.training.attention import PACKED_ATTENTION, set_attention
+from platform_support import no_dropout
+
+# (recipe, documented loss weights) — docs/recipes/electra.md 1·MLM + 50·RTD, deberta_v3.md 1·MLM + 10·RTD,
+# spanbert.md MLM + 1·SBO.
+CASES = [
+    "spanbert-tiny",
+    "electra-tiny",
+    "deberta-v3-tiny",
+    "bert-tiny@roberta",  # MLM + NSP on another encoder
+    "albert-tiny@bert",  # MLM + SOP
+    "spanbert-tiny@roberta",  # MLM + SBO
+    "electra-tiny@bert",  # RTD
+    "deberta-v3-tiny@roberta",
+]
+# (generator, discriminator) weights: ELECTRA §3.2 λ = 50; DeBERTa-v3's official rtd.sh leaves --rtd_lambda at its
+# default 10 (DeBERTa/apps/tasks/rtd_task.py; docs/recipes/deberta_v3.md), also on another encoder.
+RTD_WEIGHTS = {"electra": (1.0, 50.0), "deberta-v3": (1.0, 10.0)}
+SBO_WEIGHT = 1.0  # SpanBERT README: --pair-loss-weight 1.0
+LENGTH = 48
+
+
+@pytest.fixture(scope="module")
+def corpus(corpus_file):
+    return load_corpus(train_files=[str(corpus_file)])
+
+
+_SETUPS: dict = {}
+
+
+def setup(name: str, corpus):
+    """(model, padded batch) of recipe `name` (`objective-tiny[@backbone]`), built once."""
+    if name not in _SETUPS:
+        recipe_name, _, backbone = name.partition("@")
+        recipe = get_recipe(recipe_name, **({"backbone": backbone} if backbone else {}), **no_dropout(name))
+        tokenizer = recipe.train_tokenizer(corpus["text"], 300)
+        recipe.adapt_to_tokenizer(tokenizer)
+        recipe.fit_to_length(LENGTH)
+        examples = build_pretraining_dataset(tokenize_corpus(corpus, tokenizer), tokenizer, recipe.config, LENGTH, 0)
+        features = [dict(examples[i]) for i in range(6)]
+        if len({len(f["input_ids"]) for f in features}) == 1:  # full rows (FULL-SENTENCES): shorten two of them
+            for f in features[1::3]:
+                n = len(f["input_ids"])
+                f.update({k: v[: n - 8] + v[-1:] for k, v in f.items() if isinstance(v, list) and len(v) == n})
+        batch = recipe.build_collator(tokenizer, seed=3)(features)
+        torch.manual_seed(0)
+        _SETUPS[name] = (recipe, batch)
+    recipe, batch = _SETUPS[name]
+    torch.manual_seed(0)
+    return recipe.build_model().train(), recipe, batch
+
+
+def nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean negative log-likelihood of `targets` under `logits` `(N, V)`."""
+    return -logits.double().log_softmax(-1).gather(1, targets[:, None]).mean()
+
+
+def run(model, batch: dict) -> tuple[object, dict]:
+    """The model's output on `batch`, with what the references need that the output does not carry: the
+    generator's samples, the sentence classifier's and the SBO head's logits (forward hooks).
+
+    An untrained generator over 300 tokens almost never samples the original token, so "replaced" would equal
+    "chosen" and a model labelling every chosen token replaced would pass: every other sample is set to the
+    original token here (the model uses what `gumbel_sample` returns)."""
+    seen: dict = {}
+    targets = batch["labels"][batch["labels"].ne(-100)]  # (M,) in the row-major order the models sample in
+    module = sys.modules[type(model).__module__]
+    original = getattr(module, "gumbel_sample", None)
+    hooks = []
+    for attr in ("sentence_classifier", "sbo"):
+        if isinstance(getattr(model, attr, None), torch.nn.Module):
+            hooks.append(
+                getattr(model, attr).register_forward_hook(lambda m, a, out, key=attr: seen.__setitem__(key, out))
+            )
+
+    def recording(*args, **kwargs):
+        sampled = original(*args, **kwargs)
+        sampled[::2] = targets[::2]
+        seen["sampled"] = sampled
+        return sampled
+
+    try:
+        if original is not None:
+            module.gumbel_sample = recording
+        torch.manual_seed(7)
+        output = model(**batch)
+    finally:
+        if original is not None:
+            module.gumbel_sample = original
+        for hook in hooks:
+            hook.remove()
+    return output, seen
+
+
+def references(model, batch: dict, output, seen: dict, objective: str) -> dict[str, torch.Tensor]:
+    """Each component loss and the total, from logits and labels only; `objective`: the recipe family whose loss
+    weights apply (`electra`, `deberta-v3`, ...)."""
+    labels = batch["labels"]
+    chosen = labels.ne(-100)
+    ref: dict[str, torch.Tensor] = {}
+    mlm_logits = output.prediction_logits if getattr(output, "prediction_logits", None) is not None else output.logits
+    ref["mlm_loss"] = nll(mlm_logits, labels[chosen])  # row-major order of the labelled tokens
+    total = ref["mlm_loss"]
+    if "sampled" in seen:  # replaced-token detection
+        real = batch["attention_mask"].bool()
+        original = torch.where(chosen, labels, batch["input_ids"])
+        replaced = original.clone()
+        replaced[chosen] = seen["sampled"]
+        is_replaced = (replaced != original).double()
+        assert 0 < is_replaced[chosen].mean() < 1  # both kinds among the chosen tokens
+        logits = output.rtd_logits.double()
+        ref["rtd_loss"] = F.binary_cross_entropy_with_logits(logits[real], is_replaced[real])
+        if getattr(output, "replaced_input_ids", None) is not None:
+            assert torch.equal(output.replaced_input_ids, replaced)
+        generator_weight, discriminator_weight = RTD_WEIGHTS[objective]
+        total = generator_weight * ref["mlm_loss"] + discriminator_weight * ref["rtd_loss"]
+    if "sbo_labels" in batch:
+        sbo_logits = output.sbo_logits if getattr(output, "sbo_logits", None) is not None else seen["sbo"]
+        sbo_labels = batch["sbo_labels"]
+        ref["sbo_loss"] = nll(sbo_logits, sbo_labels[sbo_labels.ne(-100)])
+        total = total + SBO_WEIGHT * ref["sbo_loss"]
+    for key, task in (("next_sentence_label", "nsp_loss"), ("sentence_order_label", "sop_loss")):
+        if key in batch:
+            sentence_logits = getattr(output, "seq_relationship_logits", None)
+            if sentence_logits is None:
+                sentence_logits = getattr(output, "sop_logits", None)
+            if sentence_logits is None:
+                sentence_logits = seen["sentence_classifier"]
+            ref[task] = nll(sentence_logits, batch[key])
+            total = total + ref[task]
+    ref["loss"] = total
+    return ref
+
+
+def check(model, batch: dict, name: str) -> None:
+    output, seen = run(model, batch)
+    ref = references(model, batch, output, seen, objective=name.split("@")[0].rsplit("-", 1)[0])
+    assert set(ref) - {"loss"} == {k for k in ref if getattr(output, k, None) is not None} - {"loss"}
+    for key, value in ref.items():
+        torch.testing.assert_close(getattr(output, key).double(), value, rtol=1e-5, atol=1e-6, msg=key)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_losses_equal_the_references_on_a_padded_batch(name, corpus):
+    model, recipe, batch = setup(name, corpus)
+    real = batch["attention_mask"].bool()
+    assert not real.all(), "the batch must hold padding, else padding in a loss cannot show"
+    assert real.sum(1).min() > 0
+    if "next_sentence_label" in batch or "sentence_order_label" in batch:
+        labels = batch.get("next_sentence_label", batch.get("sentence_order_label"))
+        assert 0 < labels.sum() < len(labels)
+    check(model, batch, name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        n
+        for n in CASES
+        if BACKBONES[get_recipe(n.split("@")[0]).spec.backbone if "@" not in n else n.split("@")[1]].packable
+    ],
+)
+def test_losses_equal_the_references_on_a_padding_free_batch(name, corpus):
+    model, recipe, batch = setup(name, corpus)
+    check(set_attention(model, PACKED_ATTENTION), flatten_batch(batch), name)
+
+
+def test_stock_trainer_count_weights_nsp_by_the_share_of_masked_tokens(corpus):
+    """The stock Trainer passes one int (the step's masked tokens, N): MLM is then sum / N and NSP its mean
+    weighted by this micro-batch's share of N (README, "Loss normalisation")."""
+    model, recipe, batch = setup("bert-tiny", corpus)
+    n_step = 3 * int(batch["labels"].ne(-100).sum())  # as if this were one micro-batch of three
+    output = model(**batch, num_items_in_batch=n_step)
+    labels = batch["labels"]
+    chosen = labels.ne(-100)
+    share = chosen.sum() / n_step
+    mlm = nll(output.prediction_logits, labels[chosen]) * chosen.sum() / n_step
+    nsp = nll(output.seq_relationship_logits, batch["next_sentence_label"]) * share
+    torch.testing.assert_close(output.mlm_loss.double(), mlm, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(output.nsp_loss.double(), nsp, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(output.loss.double(), mlm + nsp, rtol=1e-5, atol=1e-7)
