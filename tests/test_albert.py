@@ -37,7 +37,7 @@ TEXT = [
     ],
 )
 def test_backbone_parameter_counts(name, expected):
-    config = hb.get_recipe(name).config  # RECIPES.md §9
+    config = hb.get_recipe(name).config  # docs/recipes/albert.md, "Sizes"
     with torch.device("meta"):
         backbone = AlbertModel(config)
     assert sum(p.numel() for p in backbone.parameters()) == expected

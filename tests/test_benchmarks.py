@@ -1,4 +1,4 @@
-"""`benchmarks/step_cost.py`: the README's host-sync command as written, and the Trainer runs' measurements (real
+"""`benchmarks/step_cost.py`: docs/speed.md's host-sync command as written, and the Trainer runs' measurements (real
 tokens/s of ours and plain transformers, where the time goes)."""
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ TRANSFORMERS_SITES = {"xlnet-mini": "modeling_xlnet.py"}
 
 
 def readme_command() -> list[str]:
-    (line,) = COMMAND.findall((REPO / "README.md").read_text())
+    (line,) = COMMAND.findall((REPO / "docs" / "speed.md").read_text())
     return [PYTHON, *shlex.split(line)]
 
 
 def test_readme_host_sync_command_as_written(shared_data):
-    """The README's line, from the repo root: no sync in our steps but the two in transformers' XLNet code, and
+    """docs/speed.md's line, from the repo root: no sync in our steps but the two in transformers' XLNet code, and
     plain transformers' steps with theirs (the NaN filter, the token count, the mask check)."""
     done = subprocess.run(
         readme_command(), cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=1200
@@ -66,10 +66,10 @@ PROFILE_COMMAND = re.compile(r"`python (benchmarks/step_cost\.py [^`]*--vs_plain
 
 
 def test_readme_profile_command_as_written(shared_data):
-    """The README's `--profile` line, from the repo root. Ours keeps its token count on the device between logs;
+    """docs/speed.md's `--profile` line, from the repo root. Ours keeps its token count on the device between logs;
     the benchmark reads it at its marks, so ours reports real tokens/s (it reported 0 before) and a ratio to plain
     transformers. The profile table covers both runs, and its shares add up to the whole."""
-    (line,) = PROFILE_COMMAND.findall((REPO / "README.md").read_text())
+    (line,) = PROFILE_COMMAND.findall((REPO / "docs" / "speed.md").read_text())
     done = subprocess.run(
         [PYTHON, *shlex.split(line)], cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=1200
     )

@@ -94,7 +94,7 @@ def test_generator_is_derived_from_the_discriminator():
     "recipe, expected", [("electra-small", 13_483_008), ("electra-base", 108_891_648), ("electra-large", 334_092_288)]
 )
 def test_discriminator_parameter_counts_match_recipes_sheet(recipe, expected):
-    """RECIPES.md §9: ElectraModel of the three paper presets, vocabulary 30522."""
+    """docs/recipes/electra.md ("Generator size"): ElectraModel of the three paper presets, vocabulary 30522."""
     with torch.device("meta"):
         model = ElectraModel(hb.get_recipe(recipe).config)
     assert sum(p.numel() for p in model.parameters()) == expected

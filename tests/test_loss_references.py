@@ -23,7 +23,8 @@ from hf_bertology.recipes import BACKBONES, get_recipe
 from hf_bertology.training.attention import PACKED_ATTENTION, set_attention
 from platform_support import no_dropout
 
-# (recipe, documented loss weights) — RECIPES.md: ELECTRA/DeBERTa-v3 1·MLM + 50·RTD, SpanBERT MLM + 1·SBO.
+# (recipe, documented loss weights) — docs/recipes/electra.md 1·MLM + 50·RTD, deberta_v3.md 1·MLM + 10·RTD,
+# spanbert.md MLM + 1·SBO.
 CASES = [
     "spanbert-tiny",
     "electra-tiny",

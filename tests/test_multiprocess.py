@@ -2,7 +2,7 @@
 `bertology pretrain` for every variant family; one step's loss and gradients equal one process on the same global
 batch. One launch for all families (each launch costs ~10 s); `accelerate launch` is the slow variant.
 
-The README's own `torchrun` and `accelerate launch` lines, as written (only the recipe, corpus and folder made
+docs/pretraining.md's own `torchrun` and `accelerate launch` lines, as written (only the recipe, corpus and folder made
 tiny), must run one job: the two ranks together see what one process sees with twice the batch, and one process
 writes the folder. Launchers run as `sys.executable -m ...`, so no test depends on what is on PATH."""
 
@@ -93,8 +93,10 @@ def test_accelerate_launch_two_processes_equal_one(tmp_path):
 
 
 def readme_command(launcher: str) -> list[str]:
-    """The README's platform-section command line that starts with `launcher` (`torchrun`, `accelerate launch`)."""
-    lines = [line for line in (REPO / "README.md").read_text().splitlines() if line.startswith(launcher + " ")]
+    """The command line of docs/pretraining.md ("Several processes") that starts with `launcher` (`torchrun`,
+    `accelerate launch`)."""
+    page = (REPO / "docs" / "pretraining.md").read_text()
+    lines = [line for line in page.splitlines() if line.startswith(launcher + " ")]
     assert len(lines) == 1, (launcher, lines)
     return shlex.split(lines[0].split("#")[0])
 

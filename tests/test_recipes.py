@@ -60,7 +60,7 @@ def test_every_variant_has_the_readme_mini_and_tiny_sizes(variant):
 
 @pytest.mark.parametrize(
     "name,backbone,expected",
-    # RECIPES.md §9, computed from transformers' classes
+    # docs/recipes/bert.md and roberta.md ("Sizes"), computed from transformers' classes
     [
         ("bert-base", BertModel, 109_482_240),
         ("bert-large", BertModel, 335_141_888),

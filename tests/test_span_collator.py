@@ -1,4 +1,4 @@
-"""DataCollatorForSpanMasking: SpanBERT's geometric spans and ALBERT's n-grams (RECIPES.md §3, §4, §8).
+"""DataCollatorForSpanMasking: SpanBERT's geometric spans and ALBERT's n-grams (docs/recipes/spanbert.md, albert.md).
 
 Statistics use fixed seeds and synthetic blocks of whole words (1-3 pieces each), with stated tolerances.
 """

@@ -379,7 +379,7 @@ def test_recipes():
     assert (c.reuse_len, c.mem_len, c.perm_size, c.num_predict, c.mask_alpha, c.mask_beta) == (256, 384, 256, 85, 6, 1)
     assert (c.max_span_length, recipe.max_seq_length, c.vocab_size, c.bi_data) == (5, 512, 32000, False)
     assert (t["learning_rate"], t["warmup_steps"], t["adam_epsilon"], t["weight_decay"]) == (4e-4, 40_000, 1e-6, 0.01)
-    for name, expected in (("xlnet-base", 116_718_336), ("xlnet-large", 360_268_800)):  # RECIPES.md §9
+    for name, expected in (("xlnet-base", 116_718_336), ("xlnet-large", 360_268_800)):  # docs/recipes/xlnet.md
         with torch.device("meta"):
             backbone = XLNetModel(hb.get_recipe(name).config)
         assert sum(p.numel() for p in backbone.parameters()) == expected

@@ -3,7 +3,8 @@
 Follows zihangdai/xlnet `data_utils.py` (`_sample_mask`, `_local_perm`) and the parser in `create_tfrecords`, not
 transformers' `DataCollatorForPermutationLanguageModeling`, which needs even lengths, writes `<mask>` into the
 content stream (so later targets cannot use the content of earlier ones), lets every position attend to padding,
-makes every position a query (`target_mapping = eye`) and puts `<sep>`/`<cls>` outside the order (RECIPES.md §6).
+makes every position a query (`target_mapping = eye`) and puts `<sep>`/`<cls>` outside the order
+(docs/recipes/xlnet.md).
 
 Per sequence (vectorised over the batch; no Python loop over positions):
 

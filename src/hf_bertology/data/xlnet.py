@@ -1,6 +1,6 @@
 """XLNet's examples: `[reuse part] A <sep> B <sep> <cls>` cut from a continuous token stream.
 
-Follows zihangdai/xlnet `data_utils.py: create_tfrecords` (RECIPES.md §6). The documents of each `map` batch
+Follows zihangdai/xlnet `data_utils.py: create_tfrecords` (docs/recipes/xlnet.md). The documents of each `map` batch
 (1,000 documents) are concatenated into one stream, with `<eod>` after every document when the tokenizer has one
 (`use_eod`). Example k starts at `k * reuse_len`: its first `reuse_len` tokens (the reuse part) are the stream's
 continuation of example k-1's reuse part, so the hidden states that the model caches from them (`cache_mem`) are

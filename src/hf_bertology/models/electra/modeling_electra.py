@@ -1,6 +1,6 @@
 """ELECTRA pretraining: a generator (masked LM) and a discriminator (replaced-token detection), trained jointly.
 
-Follows google-research/electra `run_pretraining.py` (RECIPES.md §5):
+Follows google-research/electra `run_pretraining.py` (docs/recipes/electra.md):
 
 1. The collator masks an exact number of positions per sequence: 85% become [MASK], 15% keep their token, none
    are random (`pretrain_helpers.mask`). The generator predicts the original token at every chosen position; its
