@@ -128,6 +128,14 @@ def pack_tokens(
 ) -> datasets.Dataset | datasets.IterableDataset:
     """Full blocks of exactly `max_seq_length` tokens (the last of each 1,000-document batch may be short): sequence
     packing without padding (ModernBERT), and DeBERTa's `prepare_data.py` (the corpus cut every 510 tokens)."""
+    return _map_blocks(
+        tokenized, tokenizer, max_seq_length, num_proc, pack_token_batch, PACKED_FEATURES, "packed token stream"
+    )
+
+
+def _map_blocks(tokenized, tokenizer, max_seq_length: int, num_proc, function, features, desc: str):
+    """`tokenized` mapped by `function` in batches of 1,000 documents, given the tokenizer's block ids and the length;
+    a `Dataset` in `num_proc` processes with a progress bar, a stream lazily."""
     if max_seq_length < 3:
         raise BertologyError(f"max_seq_length must be at least 3, got {max_seq_length}")
     start_id, end_id = block_tokens(tokenizer)
@@ -135,12 +143,12 @@ def pack_tokens(
         "batched": True,
         "batch_size": 1000,
         "remove_columns": tokenized.column_names,
-        "features": PACKED_FEATURES,
+        "features": features,
         "fn_kwargs": {"start_id": start_id, "end_id": end_id, "max_seq_length": max_seq_length},
     }
     if isinstance(tokenized, datasets.Dataset):
-        kwargs.update(num_proc=num_proc, desc="packed token stream")
-    return tokenized.map(pack_token_batch, **kwargs)
+        kwargs.update(num_proc=num_proc, desc=desc)
+    return tokenized.map(function, **kwargs)
 
 
 DOCUMENT_FEATURES = datasets.Features(
@@ -211,16 +219,6 @@ def pack_documents(
     `document_units`) packed best-fit within each 1,000-document batch, with `document_starts` (1 at every unit's
     first token). A padding-free batch (`collators.flatten`) then attends and counts positions per document, as
     ModernBERT's official unpadded sequence packing (`src/sequence_packer.py`, cu_seqlens per document)."""
-    if max_seq_length < 3:
-        raise BertologyError(f"max_seq_length must be at least 3, got {max_seq_length}")
-    start_id, end_id = block_tokens(tokenizer)
-    kwargs = {
-        "batched": True,
-        "batch_size": 1000,
-        "remove_columns": tokenized.column_names,
-        "features": DOCUMENT_FEATURES,
-        "fn_kwargs": {"start_id": start_id, "end_id": end_id, "max_seq_length": max_seq_length},
-    }
-    if isinstance(tokenized, datasets.Dataset):
-        kwargs.update(num_proc=num_proc, desc="packed documents")
-    return tokenized.map(pack_document_batch, **kwargs)
+    return _map_blocks(
+        tokenized, tokenizer, max_seq_length, num_proc, pack_document_batch, DOCUMENT_FEATURES, "packed documents"
+    )
