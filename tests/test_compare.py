@@ -300,7 +300,10 @@ def test_compare_wall_time_budget_without_glue(compare_inputs, tmp_path):
     pre = results["models"]["roberta-tiny"]["pretrain"]
     assert pre["seconds"] >= 0.3 and pre["steps"] >= 1 and pre["flops"] > 0
     assert (out / "loss_vs_flops.png").read_bytes()[:8] == PNG_SIGNATURE
-    assert "roberta-tiny" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "roberta-tiny" in report
+    # no GLUE score, no GLUE plot, and no link to one
+    assert not (out / "glue_vs_flops.png").exists() and "glue_vs_flops.png" not in report
 
 
 @pytest.mark.parametrize(

@@ -127,6 +127,25 @@ def test_component_losses_are_logged_in_evaluation(tmp_path):
     assert metrics["eval_loss"] == pytest.approx(metrics["eval_mlm_loss"] + metrics["eval_nsp_loss"], abs=1e-3)
 
 
+def test_a_second_train_call_logs_only_its_own_steps(tmp_path):
+    """`train()` twice on one trainer: the first call's values after its last log (step 3 of 3, logging every 2)
+    must not leak into the second call's first log, whose component losses add up to its own loss."""
+    torch.manual_seed(0)
+    model = hb.BertologyBertForPreTraining(hb.BertologyBertConfig(vocab_size=80, **TINY_NO_DROPOUT))
+    args = TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=2, max_steps=3, logging_steps=2, learning_rate=1e-3,
+        save_strategy="no", remove_unused_columns=False, report_to=[], seed=0, disable_tqdm=True,
+    )  # fmt: skip
+    trainer = BertologyTrainer(
+        model=model, args=args, train_dataset=fixed_features(8), data_collator=lambda b: pad_features(b, 0)
+    )
+    trainer.train()
+    trainer.train()
+    logs = [log for log in trainer.state.log_history if "mlm_loss" in log]
+    assert len(logs) == 1  # the second call's step 2 (log_history restarts with the new state)
+    assert logs[0]["mlm_loss"] + logs[0]["nsp_loss"] == pytest.approx(logs[0]["loss"], abs=1e-3)
+
+
 @pytest.mark.parametrize(
     "recipe_name",
     [

@@ -95,14 +95,19 @@ def report_markdown(results: dict[str, Any]) -> str:
         "",
         "![pretraining loss vs FLOPs](loss_vs_flops.png)",
         "",
-        "![GLUE average vs pretraining FLOPs](glue_vs_flops.png)",
-        "",
     ]
+    if has_glue_scores(results):  # the plot is drawn only then (`make_plots`)
+        lines += ["![GLUE average vs pretraining FLOPs](glue_vs_flops.png)", ""]
     return "\n".join(lines)
 
 
+def has_glue_scores(results: dict[str, Any]) -> bool:
+    """Whether any model has a GLUE average (with `--glue_tasks ""` none has, and there is nothing to plot)."""
+    return any(entry["glue_average"] is not None for entry in results["models"].values())
+
+
 def make_plots(results: dict[str, Any], output_dir: Path) -> list[Path]:
-    """loss_vs_flops.png and glue_vs_flops.png (matplotlib, Agg backend)."""
+    """loss_vs_flops.png, and glue_vs_flops.png when a model has GLUE scores (matplotlib, Agg backend)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -127,6 +132,8 @@ def make_plots(results: dict[str, Any], output_dir: Path) -> list[Path]:
     fig.savefig(paths[-1], dpi=120)
     plt.close(fig)
 
+    if not has_glue_scores(results):
+        return paths
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for name, entry in models.items():
         average = entry["glue_average"]

@@ -186,6 +186,9 @@ class BertologyTrainer(Trainer):
             if resume_from_checkpoint is None:
                 raise ValueError(f"No complete checkpoint found in output directory ({self.args.output_dir})")
         resume_from_checkpoint = str(resume_from_checkpoint) if resume_from_checkpoint else None
+        # a second `train` call starts its own log window: values left after the last call's last log are dropped
+        self._components["train"].clear()
+        self._first_step = None
         if resume_from_checkpoint and self._recorder is not None:
             self._arm_replay(resume_from_checkpoint)
         try:
