@@ -125,42 +125,53 @@ def assert_loads_in_plain_transformers(
     return result
 
 
-# -- the forward checks every MLM-family model passes, parametrized over the families (tests/test_model_common.py) --
-VOCAB = 100
-SIZES = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
+# -- one tiny model and batch per family, for every test (tests/test_model_common.py runs the common checks) ------
+SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
 NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+MODERNBERT_IDS = dict(pad_token_id=1, cls_token_id=0, sep_token_id=2, bos_token_id=0, eos_token_id=2)
+
+# family -> the keyword arguments of its tiny config: the one place a test takes a family's size from. The family
+# files' own tests use these too (`TINY = TINY_CONFIGS[...]`), so their numbers are those of this table.
+TINY_CONFIGS = {
+    "bert": dict(vocab_size=100, **SIZES, max_position_embeddings=64),
+    "roberta": dict(vocab_size=100, **SIZES, max_position_embeddings=64, pad_token_id=1, type_vocab_size=1),
+    "albert": dict(vocab_size=100, embedding_size=16, **SIZES, max_position_embeddings=64),
+    "spanbert": dict(vocab_size=100, **SIZES, max_position_embeddings=64),
+    # 3 layers: global (layer 0), local, local; a window of 8 is shorter than the test rows
+    "modernbert": dict(vocab_size=120, **{**SIZES, "num_hidden_layers": 3}, **MODERNBERT_IDS, local_attention=8),
+    # embedding_size != hidden_size: both networks keep their own embeddings_project
+    "electra": dict(vocab_size=120, **SIZES, embedding_size=16, max_position_embeddings=64, **NO_DROPOUT),
+    "deberta_v3": dict(vocab_size=120, **SIZES, position_buckets=16, **NO_DROPOUT),
+    "xlnet": dict(vocab_size=100, **SIZES, mem_len=0, reuse_len=0, dropout=0.0),
+}
+# composed cells (an objective on another family's encoder): the tiny recipe's config (the same sizes) with these
+COMPOSED_OVERRIDES = dict(vocab_size=100, pad_token_id=1, **NO_DROPOUT)
+COMPOSED_CELLS = ("spanbert@albert", "deberta-v3@bert")  # a masked-LM objective with SBO; RTD with GDES
+FAMILIES = (*TINY_CONFIGS, *COMPOSED_CELLS)
 
 
-def tiny_family_model(family: str):
+def tiny_config(family: str, **overrides):
+    """The tiny config of `family` (a key of `TINY_CONFIGS`, or `objective@backbone`), with `overrides`."""
+    import hf_bertology as hb
+
+    if "@" in family:
+        objective, backbone = family.split("@")
+        return hb.get_recipe(f"{objective}-tiny", backbone=backbone, **{**COMPOSED_OVERRIDES, **overrides}).config
+    variant = hb.VARIANTS[family.replace("_", "-")]
+    return variant.config_class(**{**TINY_CONFIGS[family], **overrides})
+
+
+def tiny_family_model(family: str, **overrides):
     """A tiny model of `family` with fixed weights (seed 0), in eval mode."""
     import hf_bertology as hb
 
-    configs = {
-        "bert": lambda: hb.BertologyBertConfig(**SIZES, max_position_embeddings=64),
-        "roberta": lambda: hb.BertologyRobertaConfig(
-            **SIZES, max_position_embeddings=64, pad_token_id=1, type_vocab_size=1
-        ),
-        "albert": lambda: hb.BertologyAlbertConfig(**SIZES, embedding_size=16, max_position_embeddings=64),
-        "spanbert": lambda: hb.BertologySpanBertConfig(**SIZES, max_position_embeddings=64),
-        "modernbert": lambda: hb.BertologyModernBertConfig(
-            **SIZES, pad_token_id=1, cls_token_id=0, sep_token_id=2, bos_token_id=0, eos_token_id=2, local_attention=8
-        ),
-        "electra": lambda: hb.BertologyElectraConfig(
-            **SIZES, embedding_size=16, max_position_embeddings=64, **NO_DROPOUT
-        ),
-        "deberta_v3": lambda: hb.BertologyDebertaV3Config(**SIZES, position_buckets=16, **NO_DROPOUT),
-    }
-    models = {
-        "bert": hb.BertologyBertForPreTraining,
-        "roberta": hb.BertologyRobertaForPreTraining,
-        "albert": hb.BertologyAlbertForPreTraining,
-        "spanbert": hb.BertologySpanBertForPreTraining,
-        "modernbert": hb.BertologyModernBertForPreTraining,
-        "electra": hb.BertologyElectraForPreTraining,
-        "deberta_v3": hb.BertologyDebertaV3ForPreTraining,
-    }
+    config = tiny_config(family, **overrides)
+    if "@" in family:  # the composed class of the encoder's family
+        model_class = hb.models.composed.COMPOSED_MODELS[config.model_type]
+    else:
+        model_class = hb.VARIANTS[family.replace("_", "-")].model_class
     torch.manual_seed(0)
-    return models[family](configs[family]()).eval()
+    return model_class(config).eval()
 
 
 # family -> (the output field of the MLM logits, the field without labels, whether that one is per token only)
@@ -172,20 +183,51 @@ OUTPUT_FIELDS = {
     "modernbert": ("logits", "logits", False),
     "electra": ("prediction_logits", "rtd_logits", True),  # without labels only the discriminator runs
     "deberta_v3": ("prediction_logits", "rtd_logits", True),
+    "xlnet": ("logits", "logits", False),  # at the prediction targets: (B, P, V) without labels
+    "spanbert@albert": ("logits", "logits", False),
+    "deberta-v3@bert": ("logits", "rtd_logits", True),
 }
 SENTENCE_LABELS = {"bert": "next_sentence_label", "albert": "sentence_order_label"}
+WITH_SBO = ("spanbert", "spanbert@albert")
+RTD = ("electra", "deberta_v3", "deberta-v3@bert")
 LABELLED = [2, 5, 9]  # the labelled positions of every row
+LABEL_KEYS = ("labels", "next_sentence_label", "sentence_order_label", "sbo_labels", "sbo_boundaries")
+LABEL_KEYS += ("sbo_relative_positions",)
 
 
 def tiny_family_batch(family: str, batch: int = 2, length: int = 12, seed: int = 0) -> dict[str, torch.Tensor]:
-    """Unpadded rows, [CLS]=0 … [SEP]=2, labels at `LABELLED` (the original ids, the inputs there [MASK]=4)."""
+    """Unpadded rows, [CLS]=0 … [SEP]=2, labels at `LABELLED` (the original ids, the inputs there [MASK]=4); each
+    labelled token is also a one-token span for SBO (boundaries i-1, i+1). XLNet: the same targets as its
+    `target_mapping` rows, which no position may see (`perm_mask`), the inputs unmasked."""
+    vocab = tiny_config(family).vocab_size
     generator = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(5, VOCAB, (batch, length), generator=generator)
+    input_ids = torch.randint(5, vocab, (batch, length), generator=generator)
     input_ids[:, 0], input_ids[:, -1] = 0, 2
     labels = torch.full_like(input_ids, -100)
     labels[:, LABELLED] = input_ids[:, LABELLED]
+    inputs = {"attention_mask": torch.ones_like(input_ids)}
+    if family == "xlnet":
+        target_mapping = torch.zeros(batch, len(LABELLED), length)
+        target_mapping[:, range(len(LABELLED)), LABELLED] = 1.0
+        perm_mask = torch.zeros(batch, length, length)
+        perm_mask[:, :, LABELLED] = 1.0  # (B, T, T): nobody sees a target's content
+        labels = input_ids[:, LABELLED].clone()  # (B, P)
+        return {
+            "input_ids": input_ids,
+            **inputs,
+            "perm_mask": perm_mask,
+            "target_mapping": target_mapping,
+            "labels": labels,
+        }
     input_ids[:, LABELLED] = 4
-    inputs = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "labels": labels}
-    if family in SENTENCE_LABELS:
+    inputs.update(input_ids=input_ids, labels=labels)
+    if family in SENTENCE_LABELS:  # two segments: token types 0, then 1
         inputs[SENTENCE_LABELS[family]] = torch.arange(batch) % 2
+        inputs["token_type_ids"] = (torch.arange(length) >= length // 2).long().expand(batch, length)
+    if family in WITH_SBO:
+        inputs["sbo_labels"] = labels.clone()
+        boundaries = torch.zeros(batch, length, 2, dtype=torch.long)
+        boundaries[:, LABELLED, 0] = torch.tensor(LABELLED) - 1
+        boundaries[:, LABELLED, 1] = torch.tensor(LABELLED) + 1
+        inputs.update(sbo_boundaries=boundaries, sbo_relative_positions=torch.zeros_like(input_ids))
     return inputs

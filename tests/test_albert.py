@@ -14,12 +14,9 @@ from transformers import AlbertForPreTraining, AlbertModel, AlbertTokenizer
 import hf_bertology as hb
 from hf_bertology.data import build_sop_pairs
 from hf_bertology.training.pretrain import main as pretrain_main
-from model_tester import assert_loads_in_plain_transformers
+from model_tester import tiny_family_model
 from platform_support import assert_folder_reloads_alike
 
-TINY = dict(
-    vocab_size=100, embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37
-)
 TEXT = [
     "The river flows past the old mill. Fishermen wait on the bank at dawn. Birds sing in the tall trees.",
     "Engineers tested the new bridge. Heavy trucks crossed it slowly. Nobody noticed any movement at all.",
@@ -103,8 +100,7 @@ def test_unigram_tokenizer_special_ids(tmp_path):
 
 
 def tiny_model() -> hb.BertologyAlbertForPreTraining:
-    torch.manual_seed(0)
-    return hb.BertologyAlbertForPreTraining(hb.BertologyAlbertConfig(**TINY, max_position_embeddings=64)).eval()
+    return tiny_family_model("albert")  # seed 0, eval
 
 
 def batch(seed: int = 0) -> dict[str, torch.Tensor]:
@@ -136,25 +132,6 @@ def test_loss_equals_transformers_albert_for_pretraining():
     assert torch.allclose(ours.sop_logits, theirs.sop_logits, atol=1e-5)
     predicted = inputs["labels"] != -100
     assert torch.allclose(ours.prediction_logits, theirs.prediction_logits[predicted], atol=1e-5)  # sparse head
-
-
-def test_checkpoint_loads_in_plain_transformers(tmp_path):
-    model = tiny_model()
-    model.save_pretrained(tmp_path)
-    config = json.loads((tmp_path / "config.json").read_text())
-    assert config["model_type"] == "albert" and "AutoModelForPreTraining" in config["auto_map"]
-    inputs = {key: value for key, value in batch(1).items() if key in ("input_ids", "token_type_ids")}
-    assert_loads_in_plain_transformers(
-        model,
-        tmp_path,
-        inputs,
-        "AutoModelForPreTraining",
-        "AlbertForPreTraining",
-        logits="prediction_logits",
-        ties=[("predictions.decoder.weight", "albert.embeddings.word_embeddings.weight")],  # MLM decoder tied
-        encoder="AlbertModel",
-        save=False,
-    )
 
 
 def test_pretrain_smoke(tmp_path):

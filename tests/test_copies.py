@@ -53,7 +53,7 @@ def test_a_drifted_source_is_reported_at_every_copy(tmp_path):
     src, _ = drifted_tree(tmp_path, "electra/modeling_electra.py", "x = (x ^ shift(x, 30)) * mix1", "x = x * mix1")
     result = run_checker("--src", str(src))
     assert result.returncode == 1
-    assert "deberta_v3/modeling_deberta_v3.py" in result.stdout and "composed/modeling_composed.py" in result.stdout
+    assert "deberta_v3/modeling_deberta_v3.py" in result.stdout and "composed/rtd_composed.py" in result.stdout
     assert result.stdout.count(": differs from hf_bertology.models.electra.modeling_electra.keyed_uniform") == 2
 
 

@@ -15,19 +15,11 @@ from transformers import DebertaV2Model
 import hf_bertology as hb
 from hf_bertology.collators import DataCollatorForMaskedLM
 from hf_bertology.models.deberta_v3 import BertologyDebertaV3Config, BertologyDebertaV3ForPreTraining
+from model_tester import TINY_CONFIGS
 from platform_support import assert_train_loss_is_the_logged_mean
 
-VOCAB = 120
-TINY = dict(
-    vocab_size=VOCAB,
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    intermediate_size=37,
-    position_buckets=16,
-    hidden_dropout_prob=0.0,
-    attention_probs_dropout_prob=0.0,
-)
+TINY = TINY_CONFIGS["deberta_v3"]  # the shared tester's (tests/model_tester.py)
+VOCAB = TINY["vocab_size"]
 MASK_ID, PAD_ID = 4, 0
 WORD = "embeddings.word_embeddings.weight"
 

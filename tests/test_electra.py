@@ -20,21 +20,12 @@ from hf_bertology.models.electra import BertologyElectraConfig, BertologyElectra
 from hf_bertology.models.electra.modeling_electra import GLOROT_UNIFORM_LAYERS, SHARED_EMBEDDINGS, binary_auc
 from hf_bertology.training.callbacks import ElectraTwoStageCallback, callbacks_for
 from hf_bertology.training.trainer import BertologyTrainer
+from model_tester import TINY_CONFIGS
 from platform_support import assert_folder_reloads_alike
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-VOCAB = 120
-TINY = dict(
-    vocab_size=VOCAB,
-    hidden_size=32,
-    embedding_size=16,  # != hidden: both networks keep their own embeddings_project
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    intermediate_size=37,
-    max_position_embeddings=64,
-    hidden_dropout_prob=0.0,
-    attention_probs_dropout_prob=0.0,
-)
+TINY = TINY_CONFIGS["electra"]  # the shared tester's; embedding_size 16 != hidden: both keep embeddings_project
+VOCAB = TINY["vocab_size"]
 MASK_ID, PAD_ID = 4, 0
 
 

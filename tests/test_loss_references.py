@@ -86,7 +86,8 @@ def run(model, batch: dict) -> tuple[object, dict]:
     original token here (the model uses what `gumbel_sample` returns)."""
     seen: dict = {}
     targets = batch["labels"][batch["labels"].ne(-100)]  # (M,) in the row-major order the models sample in
-    module = sys.modules[type(model).__module__]
+    # the module whose `gumbel_sample` the RTD step calls (composed: rtd_composed.py, the step's `_fake_data`)
+    module = sys.modules[getattr(type(model), "_fake_data", type(model).forward).__module__]
     original = getattr(module, "gumbel_sample", None)
     hooks = []
     for attr in ("sentence_classifier", "sbo"):

@@ -11,12 +11,11 @@ from transformers import ModernBertForMaskedLM, ModernBertModel
 import hf_bertology as hb
 from hf_bertology.collators import DataCollatorForMaskedLM
 from hf_bertology.models.modernbert import BertologyModernBertConfig, BertologyModernBertForPreTraining
-from model_tester import assert_loads_in_plain_transformers
+from model_tester import TINY_CONFIGS
 from platform_support import assert_train_loss_is_the_logged_mean
 
-VOCAB = 120
-TINY = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=37)
-TINY.update(pad_token_id=1, cls_token_id=0, sep_token_id=2, bos_token_id=0, eos_token_id=2, local_attention=8)
+TINY = TINY_CONFIGS["modernbert"]  # the shared tester's (vocab 120, 3 layers: global, local, local)
+VOCAB = TINY["vocab_size"]
 
 
 def tiny_model(seed: int = 0) -> BertologyModernBertForPreTraining:
@@ -68,19 +67,6 @@ def test_sparse_loss_equals_transformers_and_scales_with_the_step_count():
     with torch.no_grad():
         doubled = model(**batch, num_items_in_batch={"labels": 2 * count}).loss
     assert torch.allclose(doubled, ours.loss / 2, atol=1e-6)  # a sum over the step's count, not a local mean
-
-
-def test_plain_transformers_loads_it_with_equal_logits(tmp_path):
-    model = tiny_model()
-    ids = torch.randint(5, VOCAB, (2, 10), generator=torch.Generator().manual_seed(0))
-    assert_loads_in_plain_transformers(
-        model,
-        tmp_path / "ckpt",
-        {"input_ids": ids},
-        "AutoModelForMaskedLM",
-        "ModernBertForMaskedLM",
-        ties=[("decoder.weight", "model.embeddings.tok_embeddings.weight")],
-    )
 
 
 @pytest.fixture(scope="module")

@@ -26,11 +26,11 @@ from hf_bertology.models.modernbert import (
 from hf_bertology.models.modernbert.tiling import init_from_base, layer_mapping, tile_from_middle
 from hf_bertology.training.attention import PACKED_ATTENTION, set_attention
 from hf_bertology.training.trainer import BertologyTrainer
+from model_tester import TINY_CONFIGS
 
-VOCAB = 120
 # local_attention 8: the local layers' window (|i - j| <= 4) is shorter than the documents below, so it matters.
-TINY = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=37)
-TINY.update(pad_token_id=1, cls_token_id=0, sep_token_id=2, bos_token_id=0, eos_token_id=2, local_attention=8)
+TINY = TINY_CONFIGS["modernbert"]  # the shared tester's (tests/model_tester.py)
+VOCAB = TINY["vocab_size"]
 
 
 def tiny_model(seed: int = 0, **overrides) -> BertologyModernBertForPreTraining:

@@ -1,4 +1,4 @@
-"""SpanBERT: SBO leakage, checkpoint compatibility with plain transformers, pretrain smoke test."""
+"""SpanBERT: SBO leakage, loss = MLM + SBO, pretrain smoke test (plain-transformers loading: tests/test_model_common.py)."""
 
 from __future__ import annotations
 
@@ -11,16 +11,12 @@ from transformers.modeling_outputs import BaseModelOutputWithPoolingAndCrossAtte
 
 import hf_bertology as hb
 from hf_bertology.training.pretrain import main as pretrain_main
-from model_tester import assert_loads_in_plain_transformers
+from model_tester import tiny_family_model
 from platform_support import assert_folder_reloads_alike
-
-TINY = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
 
 
 def tiny_model(**overrides) -> hb.BertologySpanBertForPreTraining:
-    torch.manual_seed(0)
-    config = hb.BertologySpanBertConfig(**TINY, max_position_embeddings=64, **overrides)
-    return hb.BertologySpanBertForPreTraining(config).eval()
+    return tiny_family_model("spanbert", **overrides)  # seed 0, eval
 
 
 def test_config_holds_the_readme_recipe():
@@ -83,29 +79,6 @@ def test_loss_is_mlm_plus_sbo_and_counts_normalise():
     assert torch.allclose(out.loss, out.mlm_loss + out.sbo_loss)
     counted = model(input_ids=tokenizer_ids, num_items_in_batch={"labels": 18, "sbo_labels": 18}, **kwargs)
     assert torch.allclose(counted.mlm_loss, out.mlm_loss / 2) and torch.allclose(counted.sbo_loss, out.sbo_loss / 2)
-
-
-def test_checkpoint_loads_in_plain_transformers(tmp_path):
-    model = tiny_model()
-    model.save_pretrained(tmp_path)
-    config = json.loads((tmp_path / "config.json").read_text())
-    assert config["model_type"] == "bert" and "AutoModelForMaskedLM" in config["auto_map"]
-    input_ids = torch.randint(5, 100, (2, 10), generator=torch.Generator().manual_seed(0))
-    assert_loads_in_plain_transformers(
-        model,
-        tmp_path,
-        {"input_ids": input_ids},
-        "AutoModelForMaskedLM",
-        "BertForMaskedLM",
-        # BertForMaskedLM has no pooler: the (frozen, untrained) pooler is saved so that plain `AutoModel` loads
-        # with nothing missing (`encoder`), and the SBO head has no place in BertForMaskedLM
-        unexpected=[
-            k for k in model.state_dict() if k.startswith(("bert.pooler.", "sbo.")) and k != "sbo.decoder.weight"
-        ],
-        remote_ties=[("sbo.decoder.weight", "bert.embeddings.word_embeddings.weight")],
-        encoder="BertModel",
-        save=False,
-    )
 
 
 def test_pretrain_smoke(tmp_path):

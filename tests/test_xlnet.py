@@ -3,7 +3,6 @@ across batches, segment layout, recipes, and the `bertology pretrain` smoke test
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import subprocess
@@ -278,17 +277,12 @@ def test_loss_equals_transformers_xlnet_lm_head(tokenizer):
     torch.testing.assert_close(halved.loss, ours.loss / 2)
 
 
-def test_checkpoint_keys_match_transformers(tokenizer, tmp_path):
+def test_checkpoint_keys_match_transformers(tokenizer):
     config = tiny_config(tokenizer)
     model = hb.BertologyXLNetForPreTraining(config)
     assert set(model.state_dict()) == set(XLNetLMHeadModel(config).state_dict())
     assert model.lm_loss.weight is model.transformer.word_embedding.weight  # tied as in XLNetLMHeadModel
-    model.save_pretrained(tmp_path)
-    plain, info = XLNetLMHeadModel.from_pretrained(tmp_path, output_loading_info=True)
-    assert not info["missing_keys"] and not info["unexpected_keys"]
-    base, info = XLNetModel.from_pretrained(tmp_path, output_loading_info=True)
-    assert not info["missing_keys"]
-    json.loads((tmp_path / "config.json").read_text())["auto_map"]["AutoModelForPreTraining"]
+    # saved, it loads in plain XLNetLMHeadModel / XLNetModel: tests/test_model_common.py (xlnet)
 
 
 # -- data ------------------------------------------------------------------------------------------------------------

@@ -163,49 +163,25 @@ class BertologySpanBertForPreTraining(BertPreTrainedModel):
         cu_seq_lens_q (in `kwargs`): a padding-free batch (`hf_bertology.collators.flatten`); `sbo_boundaries` are
             then positions in the flat row.
         """
-        # Copied from hf_bertology.models.bert.modeling_bert.BertologyBertForPreTraining.forward[packed_backbone]
-        packed = kwargs.get("cu_seq_lens_q") is not None
-        if packed and self.config._attn_implementation not in PACKED_IMPLEMENTATIONS:
-            raise ValueError(f"a padding-free batch needs attn_implementation in {PACKED_IMPLEMENTATIONS}")
-        outputs = self.bert(
-            input_ids,
-            attention_mask=None if packed else attention_mask,  # packed: the boundaries keep examples apart
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            return_dict=True,
-            **kwargs,
-        )
-        # End copied block
+        outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
         sequence_output = outputs.last_hidden_state  # (B, T, H)
         loss = mlm_loss = sbo_loss = mlm_accuracy = sbo_accuracy = sbo_logits = None
         if labels is None:
             logits = self.cls(sequence_output)  # (B, T, V)
         else:
-            predicted = labels.ne(-100)  # (B, T)
-            at = predicted.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
-            targets = labels.flatten().index_select(0, at)
-            states = sequence_output.flatten(0, 1).index_select(0, at)  # (M, H): the labelled tokens
-            logits = self.cls(states)  # (M, V): sparse prediction
-            mlm_sum = F.cross_entropy(logits.float(), targets, reduction="sum")
-            mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", predicted.sum())
-            mlm_accuracy = (logits.argmax(-1) == targets).sum() / targets.ne(-100).sum()
+            logits, mlm_loss, mlm_accuracy = self._masked_lm_loss(
+                sequence_output, labels, target_positions, num_items_in_batch
+            )
             loss = mlm_loss
         if sbo_labels is not None:
-            if sbo_boundaries is None or sbo_relative_positions is None:
-                raise ValueError("sbo_labels need sbo_boundaries and sbo_relative_positions (the span collator's)")
-            has_target = sbo_labels.ne(-100)  # (B, T)
-            at = has_target.flatten().nonzero().squeeze(1) if sbo_target_positions is None else sbo_target_positions
-            sbo_targets = sbo_labels.flatten().index_select(0, at)  # (N,)
-            width = sbo_labels.shape[1]
-            boundaries = sbo_boundaries.flatten(0, 1).index_select(0, at) + (at // width * width)[:, None]  # (N, 2)
-            # the boundary states (s-1, e+1) of every target, flat positions in the (B * T, H) states
-            ends = sequence_output.flatten(0, 1).index_select(0, boundaries.flatten()).unflatten(0, (-1, 2))
-            sbo_logits = self.sbo(ends[:, 0], ends[:, 1], sbo_relative_positions.flatten().index_select(0, at))
-            sbo_sum = F.cross_entropy(sbo_logits.float(), sbo_targets, reduction="sum")
-            n_sbo = has_target.sum()
-            sbo_loss = sbo_sum / _denominator(num_items_in_batch, "sbo_labels", n_sbo)
-            sbo_accuracy = (sbo_logits.argmax(-1) == sbo_targets).sum() / n_sbo
+            sbo_logits, sbo_loss, sbo_accuracy = self._span_boundary_loss(
+                sequence_output,
+                sbo_labels,
+                sbo_boundaries,
+                sbo_relative_positions,
+                sbo_target_positions,
+                num_items_in_batch,
+            )
             weighted = self.config.sbo_loss_weight * sbo_loss
             loss = weighted if loss is None else loss + weighted
 
@@ -220,3 +196,64 @@ class BertologySpanBertForPreTraining(BertPreTrainedModel):
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
+
+    def _encode(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs):
+        """The BERT encoder's outputs (BERT's; SpanBERT §3.3 trains on one segment, no NSP); a padding-free batch runs
+        as one flat row whose boundaries (`cu_seq_lens_q`) keep its examples apart."""
+        # Copied from hf_bertology.models.bert.modeling_bert.BertologyBertForPreTraining.forward[packed_backbone]
+        packed = kwargs.get("cu_seq_lens_q") is not None
+        if packed and self.config._attn_implementation not in PACKED_IMPLEMENTATIONS:
+            raise ValueError(f"a padding-free batch needs attn_implementation in {PACKED_IMPLEMENTATIONS}")
+        outputs = self.bert(
+            input_ids,
+            attention_mask=None if packed else attention_mask,  # packed: the boundaries keep examples apart
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        # End copied block
+        return outputs
+
+    def _masked_lm_loss(self, sequence_output, labels, target_positions, num_items_in_batch):
+        """Masked LM (BERT's objective on the tokens of the masked spans, SpanBERT §3.1) at the labelled positions only (sparse
+        prediction): `(M, V)` logits, the summed cross-entropy over the step's masked-token count, and the
+        accuracy."""
+        predicted = labels.ne(-100)  # (B, T)
+        at = predicted.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
+        targets = labels.flatten().index_select(0, at)
+        states = sequence_output.flatten(0, 1).index_select(0, at)  # (M, H): the labelled tokens
+        logits = self.cls(states)  # (M, V): sparse prediction
+        mlm_sum = F.cross_entropy(logits.float(), targets, reduction="sum")
+        mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", predicted.sum())
+        mlm_accuracy = (logits.argmax(-1) == targets).sum() / targets.ne(-100).sum()
+        return logits, mlm_loss, mlm_accuracy
+
+    def _span_boundary_loss(
+        self,
+        sequence_output,
+        sbo_labels,
+        sbo_boundaries,
+        sbo_relative_positions,
+        sbo_target_positions,
+        num_items_in_batch,
+    ):
+        """The span boundary objective (SpanBERT §3.2): each token x_i of a span (s..e) predicted from the boundary
+        states h_{s-1}, h_{e+1} and its position p_{i-s} (`sbo`), on the SBO targets only: `(N, V)` logits, the
+        summed cross-entropy over the step's SBO-target count, and the accuracy."""
+        if sbo_boundaries is None or sbo_relative_positions is None:
+            raise ValueError("sbo_labels need sbo_boundaries and sbo_relative_positions (the span collator's)")
+        has_target = sbo_labels.ne(-100)  # (B, T)
+        at = has_target.flatten().nonzero().squeeze(1) if sbo_target_positions is None else sbo_target_positions
+        sbo_targets = sbo_labels.flatten().index_select(0, at)  # (N,)
+        width = sbo_labels.shape[1]
+        boundaries = sbo_boundaries.flatten(0, 1).index_select(0, at) + (at // width * width)[:, None]  # (N, 2)
+        # the boundary states (s-1, e+1) of every target, flat positions in the (B * T, H) states
+        ends = sequence_output.flatten(0, 1).index_select(0, boundaries.flatten()).unflatten(0, (-1, 2))
+        sbo_logits = self.sbo(ends[:, 0], ends[:, 1], sbo_relative_positions.flatten().index_select(0, at))
+        sbo_sum = F.cross_entropy(sbo_logits.float(), sbo_targets, reduction="sum")
+        n_sbo = has_target.sum()
+        sbo_loss = sbo_sum / _denominator(num_items_in_batch, "sbo_labels", n_sbo)
+        sbo_accuracy = (sbo_logits.argmax(-1) == sbo_targets).sum() / n_sbo
+        return sbo_logits, sbo_loss, sbo_accuracy
