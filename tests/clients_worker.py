@@ -233,16 +233,27 @@ def sentence_transformers(folder: str, out: Path) -> dict:
 
 
 def joint(folder: str) -> dict:
-    """The joint folder of a two-network run, opened by standard tools: AutoModel must give the trained
-    discriminator; AutoModelForMaskedLM must give the trained generator or refuse."""
+    """The joint folder of a two-network run, opened by standard tools: each must give the trained network or
+    refuse. Without trust_remote_code (the default, and False) every Auto class, both pipelines and
+    sentence-transformers; with it, AutoModelForPreTraining (our joint class), AutoModelForMaskedLM, AutoModel and
+    pipeline("fill-mask"). Each: the class it gave, or its error's first line."""
+    from sentence_transformers import SentenceTransformer
+
+    def attempt(load) -> dict:
+        try:
+            return {"class": type(load()).__name__}
+        except Exception as err:  # noqa: BLE001 - recorded: the refusal is the result
+            return {"refused": f"{type(err).__name__}: {' | '.join(str(err).strip().splitlines())[:600]}"}
+
     result = {}
-    model, info = AutoModel.from_pretrained(folder, output_loading_info=True)
-    result["AutoModel"] = {"class": type(model).__name__, "missing": sorted(info["missing_keys"])}
-    try:
-        model, info = AutoModelForMaskedLM.from_pretrained(folder, output_loading_info=True)
-        result["AutoModelForMaskedLM"] = {"class": type(model).__name__, "missing": sorted(info["missing_keys"])}
-    except Exception as err:  # noqa: BLE001
-        result["AutoModelForMaskedLM"] = {"refused": f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"}
+    for remote in (None, False, True):
+        kwargs = {} if remote is None else {"trust_remote_code": remote}
+        for name in ("AutoModel", "AutoModelForMaskedLM", "AutoModelForPreTraining", *HEADS):
+            auto = getattr(transformers, name)
+            result[f"{name}[{remote}]"] = attempt(lambda: auto.from_pretrained(folder, **kwargs))
+        for task in ("fill-mask", "text-classification"):
+            result[f"{task}[{remote}]"] = attempt(lambda: pipeline(task, model=folder, device="cpu", **kwargs))
+    result["sentence_transformers[None]"] = attempt(lambda: SentenceTransformer(folder, device="cpu"))
     return result
 
 
@@ -297,7 +308,8 @@ def main() -> None:
     """One case (a JSON object) or several (a list): one `RESULT` line each, so one process pays the imports once."""
     cases = json.loads(sys.argv[1])
     for case in cases if isinstance(cases, list) else [cases]:
-        print("RESULT " + json.dumps(play(case)), flush=True)
+        # on a line of its own: transformers' "run the custom code? [y/N]" prompt leaves stdout mid-line
+        print("\nRESULT " + json.dumps(play(case)), flush=True)
 
 
 if __name__ == "__main__":

@@ -224,7 +224,7 @@ def test_readme_make_pretrain_line_runs_offline_without_shared(tmp_path):
     """The README's first command, `make pretrain`, as written, on a copy of the checkout that has no `../shared`
     beside it and no network (`HF_HUB_OFFLINE`), with only the steps, batch, evaluation size and folder made small:
     it reads the embedded WikiText-2 (decompressed into a fresh cache), evaluates before and after, writes a folder
-    plain `AutoModel` loads, and the same line run again goes on (`--resume_from_checkpoint last`)."""
+    whose `discriminator/` plain `AutoModel` loads, and the same line run again goes on (`--resume_from_checkpoint last`)."""
     import shlex
     import shutil
 
@@ -272,4 +272,4 @@ def test_readme_make_pretrain_line_runs_offline_without_shared(tmp_path):
     assert (tmp_path / "cache" / "wikitext-2-raw" / "wiki.test.raw").is_file()
     results = json.loads((out / "all_results.json").read_text())
     assert results["eval_at_start"]["eval_mlm_loss"] > 0 and results["eval_mlm_loss"] > 0
-    assert type(AutoModel.from_pretrained(out)).__name__ == "ElectraModel"
+    assert type(AutoModel.from_pretrained(out / "discriminator")).__name__ == "ElectraModel"

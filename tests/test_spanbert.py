@@ -89,7 +89,7 @@ def test_checkpoint_loads_in_plain_transformers(tmp_path):
     model = tiny_model()
     model.save_pretrained(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
-    assert config["model_type"] == "bert" and "AutoModelForMaskedLM" in config["auto_map"]
+    assert config["model_type"] == "bert" and list(config["auto_map"]) == ["AutoModelForPreTraining"]
     input_ids = torch.randint(5, 100, (2, 10), generator=torch.Generator().manual_seed(0))
     assert_loads_in_plain_transformers(
         model,
@@ -105,6 +105,7 @@ def test_checkpoint_loads_in_plain_transformers(tmp_path):
         remote_ties=[("sbo.decoder.weight", "bert.embeddings.word_embeddings.weight")],
         encoder="BertModel",
         save=False,
+        remote_auto="AutoModelForPreTraining",
     )
 
 

@@ -53,7 +53,8 @@ def load_tokenizer(name: str):
             "or --vocab_size to train one"
         )
     try:
-        return AutoTokenizer.from_pretrained(name)
+        # no remote code: a joint run's folder names our config class, which AutoTokenizer would ask about
+        return AutoTokenizer.from_pretrained(name, trust_remote_code=False)
     except Exception as err:
         raise BertologyError(f"could not load a tokenizer from {name!r} ({type(err).__name__}: {err})") from None
 
@@ -69,7 +70,7 @@ def check_family(source: str, recipe: Recipe) -> None:
         model_type = json.loads(config_file.read_text(encoding="utf-8")).get("model_type")
     except (OSError, ValueError) as err:
         raise BertologyError(f"{config_file}: unreadable config ({err})") from None
-    if model_type != recipe.config.model_type:
+    if model_type not in (recipe.config.model_type, recipe.config.to_diff_dict().get("model_type")):  # or its joint type
         raise BertologyError(
             f"{source} is a {model_type!r} model but --recipe {recipe.name} trains {recipe.config.model_type!r}; "
             "pass a checkpoint of the same family"
