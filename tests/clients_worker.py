@@ -27,7 +27,6 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from transformers import (  # noqa: E402
-    AutoModel,
     AutoModelForMaskedLM,
     AutoModelForSequenceClassification,
     AutoTokenizer,
@@ -239,9 +238,9 @@ def joint(folder: str) -> dict:
     pipeline("fill-mask"). Each: the class it gave, or its error's first line."""
     from sentence_transformers import SentenceTransformer
 
-    def attempt(load) -> dict:
+    def attempt(load, *args, **kwargs) -> dict:
         try:
-            return {"class": type(load()).__name__}
+            return {"class": type(load(*args, **kwargs)).__name__}
         except Exception as err:  # noqa: BLE001 - recorded: the refusal is the result
             return {"refused": f"{type(err).__name__}: {' | '.join(str(err).strip().splitlines())[:600]}"}
 
@@ -249,11 +248,10 @@ def joint(folder: str) -> dict:
     for remote in (None, False, True):
         kwargs = {} if remote is None else {"trust_remote_code": remote}
         for name in ("AutoModel", "AutoModelForMaskedLM", "AutoModelForPreTraining", *HEADS):
-            auto = getattr(transformers, name)
-            result[f"{name}[{remote}]"] = attempt(lambda: auto.from_pretrained(folder, **kwargs))
+            result[f"{name}[{remote}]"] = attempt(getattr(transformers, name).from_pretrained, folder, **kwargs)
         for task in ("fill-mask", "text-classification"):
-            result[f"{task}[{remote}]"] = attempt(lambda: pipeline(task, model=folder, device="cpu", **kwargs))
-    result["sentence_transformers[None]"] = attempt(lambda: SentenceTransformer(folder, device="cpu"))
+            result[f"{task}[{remote}]"] = attempt(pipeline, task, model=folder, device="cpu", **kwargs)
+    result["sentence_transformers[None]"] = attempt(SentenceTransformer, folder, device="cpu")
     return result
 
 

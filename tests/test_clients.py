@@ -24,6 +24,7 @@ from platform_support import REPO, pretrain_argv, tiny_recipes, write_corpus
 JOINT = ("electra-tiny", "deberta-v3-tiny", "electra-tiny@roberta")  # two networks: discriminator/ + generator/
 FAMILIES = [*tiny_recipes(), "electra-tiny@roberta"]
 
+
 @pytest.fixture(scope="session")
 def folders(tmp_path_factory) -> dict:
     """`bertology pretrain` (1 step) of every tiny recipe, once a session: recipe -> output folder."""

@@ -413,7 +413,14 @@ def test_plain_transformers_loads_discriminator_and_generator(tmp_path):
     script = tmp_path / "plain.py"
     script.write_text(textwrap.dedent(PLAIN_TRANSFORMERS))
     run = subprocess.run(
-        [sys.executable, str(script), str(ckpt), str(tmp_path / "gen"), json.dumps(ids.tolist()), str(tmp_path / "disc")],
+        [
+            sys.executable,
+            str(script),
+            str(ckpt),
+            str(tmp_path / "gen"),
+            json.dumps(ids.tolist()),
+            str(tmp_path / "disc"),
+        ],
         capture_output=True,
         text=True,
         cwd=tmp_path,

@@ -70,7 +70,8 @@ def check_family(source: str, recipe: Recipe) -> None:
         model_type = json.loads(config_file.read_text(encoding="utf-8")).get("model_type")
     except (OSError, ValueError) as err:
         raise BertologyError(f"{config_file}: unreadable config ({err})") from None
-    if model_type not in (recipe.config.model_type, recipe.config.to_diff_dict().get("model_type")):  # or its joint type
+    written = recipe.config.to_diff_dict().get("model_type")  # a joint run's own type (configuration_electra.py)
+    if model_type not in (recipe.config.model_type, written):
         raise BertologyError(
             f"{source} is a {model_type!r} model but --recipe {recipe.name} trains {recipe.config.model_type!r}; "
             "pass a checkpoint of the same family"

@@ -170,7 +170,6 @@ class BertologyElectraConfig(ElectraConfig):
         return output
 
 
-
 def discriminator_config(config: ElectraConfig) -> ElectraConfig:
     """The discriminator's architecture as a plain `ElectraConfig` (no recipe fields, no `auto_map`)."""
     fields = {k: v for k, v in config.to_dict().items() if k not in RECIPE_FIELDS}
