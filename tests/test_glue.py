@@ -520,6 +520,9 @@ def test_a_joint_run_folder_fine_tunes_its_discriminator(tiny_model, tmp_path, c
     assert main(_run_args(str(joint), tmp_path / "o2", "--task_name", "sst2", "--data_dir", str(data),
                           "--do_train", "--do_eval")) == 0  # fmt: skip
     assert f"fine-tuning its discriminator, {joint / 'discriminator'}" in capfd.readouterr().err
+    for into in (joint, joint / "discriminator"):  # never over the joint model or the discriminator it reads
+        with pytest.raises(BertologyError, match="--output_dir is the model it reads"):
+            main(_run_args(str(joint), into, "--task_name", "sst2", "--data_dir", str(data), "--do_train"))
     config = json.loads((tmp_path / "o2" / "config.json").read_text())
     assert config["model_type"] == "electra" and config["architectures"] == ["ElectraForSequenceClassification"]
 

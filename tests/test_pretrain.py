@@ -137,14 +137,18 @@ def test_offline_hub_dataset_says_pass_train_file(tmp_path, capsys, monkeypatch)
     assert "--train_file" in line and "wikitext" in line
 
 
-def test_continue_from_checkpoint_without_recipe(tmp_path, corpus_file):
+# one network, and a joint run (two networks: its folder has a model_type of its own, issue 31)
+@pytest.mark.parametrize(
+    "recipe,model_type", [("roberta-tiny", "roberta"), ("electra-tiny@roberta", "bertology-rtd-roberta-joint")]
+)
+def test_continue_from_checkpoint_without_recipe(tmp_path, corpus_file, recipe, model_type):
     """`--model_name_or_path` alone continues the saved run: its weights (with lr 0 they come out unchanged), its
     tokenizer, and its recipe from the config (class, objective settings); a normal step then trains on."""
     first = tmp_path / "first"
     main(
         [
             "--recipe",
-            "roberta-tiny",
+            recipe,
             "--train_file",
             str(corpus_file),
             "--output_dir",
@@ -167,7 +171,8 @@ def test_continue_from_checkpoint_without_recipe(tmp_path, corpus_file):
     assert (frozen / "tokenizer.json").read_text() == (first / "tokenizer.json").read_text()
     first_config = json.loads((first / "config.json").read_text())
     config = json.loads((frozen / "config.json").read_text())
-    assert config["model_type"] == "roberta" and config["architectures"] == first_config["architectures"]
+    assert config["model_type"] == first_config["model_type"] == model_type
+    assert config["architectures"] == first_config["architectures"]
     assert {k: v for k, v in config.items() if k != "transformers_version"} == {
         k: v for k, v in first_config.items() if k != "transformers_version"
     }

@@ -108,9 +108,11 @@ def run_task(model_args: ModelArguments, data_args: DataTrainingArguments, train
     import transformers
     from transformers import AutoConfig, AutoModelForSequenceClassification, Trainer, set_seed
 
-    discriminator_of_joint_run(model_args)
     task = get_task(data_args.task_name) if data_args.task_name else None
     if training_args.do_train:
+        refuse_same_folder(model_args.model_name_or_path, training_args.output_dir, "bertology glue")
+    discriminator_of_joint_run(model_args)
+    if training_args.do_train:  # nor over the discriminator/ a joint run's folder led to
         refuse_same_folder(model_args.model_name_or_path, training_args.output_dir, "bertology glue")
     set_seed(training_args.seed)
 
