@@ -256,7 +256,8 @@ def joint(folder: str) -> dict:
 
 
 def snippets(codes: list[str]) -> dict:
-    """The Python blocks of a documentation page, each run as a user pastes it; the output of each."""
+    """The Python blocks of a documentation page or a model card, each run on its own as a user pastes it; the
+    output of each."""
     import contextlib
     import io
 
@@ -287,6 +288,7 @@ def play(case: dict) -> dict:
         "sentence_transformers": (sentence_transformers, "finetune", True),
         "joint": (joint, "joint", False),
         "snippets": (snippets, "snippets", False),
+        "card": (snippets, "card", False),
     }
     for name, (client, key, needs_out) in clients.items():
         if not case.get(key):

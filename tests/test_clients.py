@@ -64,6 +64,8 @@ def client_case(recipe: str, folder, out) -> dict:
         "plm": str(folder) if xlnet else None,
         "finetune": str(folder / "discriminator") if joint else str(folder),
         "joint": str(folder) if joint else None,
+        # the model card's Python blocks, each run on its own as a user pastes it
+        "card": re.findall(r"```python\n(.*?)```", (folder / "README.md").read_text(), flags=re.DOTALL),
         "out": str(out / recipe),
     }
 
@@ -133,6 +135,8 @@ def test_every_client_on_the_folders_of_a_run(recipe, folders, client_results):
     # every AutoModelFor* head: only the new head is random (item 4: RoBERTa's pooler was random on every load)
     for head, loaded in ok(result, "heads").items():
         assert loaded.get("unsupported") or loaded["random_backbone"] == [], (head, loaded)
+
+    assert len(ok(result, "card")["printed"]) == 2  # the card's snippets run as written (plain, then our class)
 
     st = ok(result, "sentence_transformers")
     assert st["finite"] and st["reload_diff"] == 0.0 and st["round_trip_diff"] < 1e-6, st

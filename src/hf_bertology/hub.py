@@ -65,6 +65,7 @@ encoder = AutoModel.from_pretrained("{path}")           # the encoder alone, e.g
 To continue pretraining with our objective (component losses included), load our class through remote code:
 
 ```python
+from transformers import {auto_class}
 model = {auto_class}.from_pretrained("{path}", trust_remote_code=True)
 ```"""
 
@@ -92,6 +93,7 @@ classes, pipelines and sentence-transformers refuse it and ask for `trust_remote
 `trust_remote_code=True` only our joint class loads, to continue the joint pretraining:
 
 ```python
+from transformers import {auto_class}
 model = {auto_class}.from_pretrained("{path}", trust_remote_code=True)
 ```"""
 
