@@ -11,6 +11,7 @@ from pathlib import Path
 import datasets
 from transformers import AutoTokenizer, TrainingArguments
 
+from ..export import joint_config
 from ..recipes import (
     BACKBONES,
     VARIANTS,
@@ -53,8 +54,7 @@ def load_tokenizer(name: str):
             "or --vocab_size to train one"
         )
     try:
-        # no remote code: a joint run's folder names our config class, which AutoTokenizer would ask about
-        return AutoTokenizer.from_pretrained(name, trust_remote_code=False)
+        return AutoTokenizer.from_pretrained(name, config=joint_config(name))  # a joint run's: read by our class
     except Exception as err:
         raise BertologyError(f"could not load a tokenizer from {name!r} ({type(err).__name__}: {err})") from None
 
