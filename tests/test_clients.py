@@ -144,6 +144,7 @@ def test_every_client_on_the_folders_of_a_run(recipe, folders, client_results):
     if recipe in JOINT:  # item 3: the joint folder gives standard tools our joint class or a refusal, never a guess
         joint = ok(result, "joint")
         ours = json.loads((folders[recipe] / "config.json").read_text())["auto_map"]["AutoModelForPreTraining"]
+        assert len(joint) == 3 * 9 + 1, sorted(joint)  # 7 Auto classes + 2 pipelines, 3 ways; sentence-transformers
         for client, got in joint.items():
             if client == "AutoModelForPreTraining[True]":
                 assert got == {"class": ours.split(".")[-1]}, (client, got)
