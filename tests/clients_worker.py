@@ -27,7 +27,6 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from transformers import (  # noqa: E402
-    AutoModel,
     AutoModelForMaskedLM,
     AutoModelForSequenceClassification,
     AutoTokenizer,
@@ -233,21 +232,32 @@ def sentence_transformers(folder: str, out: Path) -> dict:
 
 
 def joint(folder: str) -> dict:
-    """The joint folder of a two-network run, opened by standard tools: AutoModel must give the trained
-    discriminator; AutoModelForMaskedLM must give the trained generator or refuse."""
+    """The joint folder of a two-network run, opened by standard tools: each must give the trained network or
+    refuse. Without trust_remote_code (the default, and False) every Auto class, both pipelines and
+    sentence-transformers; with it, AutoModelForPreTraining (our joint class), AutoModelForMaskedLM, AutoModel and
+    pipeline("fill-mask"). Each: the class it gave, or its error's first line."""
+    from sentence_transformers import SentenceTransformer
+
+    def attempt(load, *args, **kwargs) -> dict:
+        try:
+            return {"class": type(load(*args, **kwargs)).__name__}
+        except Exception as err:  # noqa: BLE001 - recorded: the refusal is the result
+            return {"refused": f"{type(err).__name__}: {' | '.join(str(err).strip().splitlines())[:600]}"}
+
     result = {}
-    model, info = AutoModel.from_pretrained(folder, output_loading_info=True)
-    result["AutoModel"] = {"class": type(model).__name__, "missing": sorted(info["missing_keys"])}
-    try:
-        model, info = AutoModelForMaskedLM.from_pretrained(folder, output_loading_info=True)
-        result["AutoModelForMaskedLM"] = {"class": type(model).__name__, "missing": sorted(info["missing_keys"])}
-    except Exception as err:  # noqa: BLE001
-        result["AutoModelForMaskedLM"] = {"refused": f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"}
+    for remote in (None, False, True):
+        kwargs = {} if remote is None else {"trust_remote_code": remote}
+        for name in ("AutoModel", "AutoModelForMaskedLM", "AutoModelForPreTraining", *HEADS):
+            result[f"{name}[{remote}]"] = attempt(getattr(transformers, name).from_pretrained, folder, **kwargs)
+        for task in ("fill-mask", "text-classification"):
+            result[f"{task}[{remote}]"] = attempt(pipeline, task, model=folder, device="cpu", **kwargs)
+    result["sentence_transformers[None]"] = attempt(SentenceTransformer, folder, device="cpu")
     return result
 
 
 def snippets(codes: list[str]) -> dict:
-    """The Python blocks of a documentation page, each run as a user pastes it; the output of each."""
+    """The Python blocks of a documentation page or a model card, each run on its own as a user pastes it; the
+    output of each."""
     import contextlib
     import io
 
@@ -278,6 +288,7 @@ def play(case: dict) -> dict:
         "sentence_transformers": (sentence_transformers, "finetune", True),
         "joint": (joint, "joint", False),
         "snippets": (snippets, "snippets", False),
+        "card": (snippets, "card", False),
     }
     for name, (client, key, needs_out) in clients.items():
         if not case.get(key):
@@ -297,7 +308,8 @@ def main() -> None:
     """One case (a JSON object) or several (a list): one `RESULT` line each, so one process pays the imports once."""
     cases = json.loads(sys.argv[1])
     for case in cases if isinstance(cases, list) else [cases]:
-        print("RESULT " + json.dumps(play(case)), flush=True)
+        # on a line of its own: transformers' "run the custom code? [y/N]" prompt leaves stdout mid-line
+        print("\nRESULT " + json.dumps(play(case)), flush=True)
 
 
 if __name__ == "__main__":

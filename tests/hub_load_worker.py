@@ -25,11 +25,11 @@ def tensors(output) -> dict[str, torch.Tensor]:
     return {str(k): v for k, v in items if torch.is_tensor(v) and v.is_floating_point()}
 
 
-def compare(cls_name: str, repo: str, folder: str, remote: bool, encoded) -> dict:
+def compare(cls_name: str, repo: str, folder: str, remote: bool, encoded, subfolder: str = "") -> dict:
     cls = getattr(transformers, cls_name)
     torch.manual_seed(0)
-    from_hub = cls.from_pretrained(repo, trust_remote_code=remote).eval()
-    from_folder = cls.from_pretrained(folder, trust_remote_code=remote).eval()
+    from_hub = cls.from_pretrained(repo, subfolder=subfolder, trust_remote_code=remote).eval()
+    from_folder = cls.from_pretrained(Path(folder) / subfolder, trust_remote_code=remote).eval()
     hub_params, folder_params = from_hub.state_dict(), from_folder.state_dict()
     same_params = hub_params.keys() == folder_params.keys() and all(
         torch.equal(hub_params[k], folder_params[k]) for k in hub_params
@@ -53,13 +53,24 @@ def main() -> None:
     results = []
     for case in json.loads(sys.argv[1]):
         repo, folder = case["repo"], case["folder"]
-        tok_hub, tok_folder = AutoTokenizer.from_pretrained(repo), AutoTokenizer.from_pretrained(folder)
+        # no remote code for the tokenizer: a joint run's folder names our config class, and AutoTokenizer asks
+        tok_hub = AutoTokenizer.from_pretrained(repo, trust_remote_code=False)
+        tok_folder = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
         encoded = tok_hub(TEXT, return_tensors="pt")
         same_tokens = encoded["input_ids"].tolist() == tok_folder(TEXT, return_tensors="pt")["input_ids"].tolist()
         auto_map = json.loads((Path(folder) / "config.json").read_text())["auto_map"]
         remote_classes = [name for name in auto_map if name.startswith("AutoModel")]
-        for cls_name, remote in [(case["plain"], False)] + [(name, True) for name in remote_classes]:
-            results.append({**compare(cls_name, repo, folder, remote, encoded), "same_tokens": same_tokens})
+        # a joint run: plain transformers reads its discriminator/ (and refuses the joint folder itself)
+        subfolder = case.get("plain_subfolder", "")
+        results.append({**compare(case["plain"], repo, folder, False, encoded, subfolder), "same_tokens": same_tokens})
+        for cls_name in remote_classes:
+            results.append({**compare(cls_name, repo, folder, True, encoded), "same_tokens": same_tokens})
+        if subfolder:
+            try:
+                refused = type(getattr(transformers, case["plain"]).from_pretrained(repo, trust_remote_code=False))
+            except ValueError as err:
+                refused = " | ".join(str(err).splitlines())
+            results[-1]["plain_on_joint_folder"] = str(refused)
     print("RESULT " + json.dumps(results), flush=True)
 
 

@@ -39,7 +39,7 @@ def logits(model):
 
 
 plain, info = auto.from_pretrained(path, output_loading_info=True)
-remote = auto.from_pretrained(path, trust_remote_code=True)
+remote = getattr(transformers, spec["remote_auto"]).from_pretrained(path, trust_remote_code=True)
 result = {
     "plain": type(plain).__name__,
     "remote": type(remote).__name__,
@@ -68,10 +68,12 @@ def load_in_plain_transformers(
     ties: tuple[tuple[str, str], ...] = (),
     remote_ties: tuple[tuple[str, str], ...] = (),
     encoder: bool = False,
+    remote_auto: str | None = None,
 ) -> dict:
     """What a process with plain `transformers` only makes of `folder` (see the module docstring)."""
     torch.save(inputs, Path(folder) / "inputs.pt")
     spec = {"auto": auto, "logits": logits, "ties": ties, "remote_ties": remote_ties, "encoder": encoder}
+    spec["remote_auto"] = remote_auto or auto
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     run = subprocess.run(
         [sys.executable, "-c", LOAD_SCRIPT, str(folder), json.dumps(spec)],
@@ -97,16 +99,20 @@ def assert_loads_in_plain_transformers(
     remote_ties: tuple[tuple[str, str], ...] = (),
     encoder: str | None = None,
     save: bool = True,
+    remote_auto: str | None = None,
 ) -> dict:
     """`model` saved to `folder` (unless `save` is False: the test wrote it) loads as `plain_class` through `auto`
     with nothing missing, nothing mismatched and only `unexpected` left over, and as our class through remote code;
     both give `model`'s logits on `inputs` (atol 1e-5); the `ties` (plain) and `remote_ties` (ours) share storage;
-    with `encoder`, plain `AutoModel` loads that class with nothing missing or mismatched."""
+    with `encoder`, plain `AutoModel` loads that class with nothing missing or mismatched. Our class is asked of
+    `remote_auto` (default: `auto`), the Auto class its `auto_map` names."""
     if save:
         model.save_pretrained(folder)
     with torch.no_grad():
         expected = getattr(model.eval()(**inputs), logits)
-    result = load_in_plain_transformers(folder, inputs, auto, logits, ties, remote_ties, encoder is not None)
+    result = load_in_plain_transformers(
+        folder, inputs, auto, logits, ties, remote_ties, encoder is not None, remote_auto=remote_auto
+    )
     assert result["plain"] == plain_class, result["plain"]
     assert result["remote"] == type(model).__name__, result["remote"]
     assert result["missing"] == [] and result["mismatched"] == [], result

@@ -23,11 +23,6 @@ from platform_support import REPO, pretrain_argv, tiny_recipes, write_corpus
 
 JOINT = ("electra-tiny", "deberta-v3-tiny", "electra-tiny@roberta")  # two networks: discriminator/ + generator/
 FAMILIES = [*tiny_recipes(), "electra-tiny@roberta"]
-# Families whose auto_map names AutoModelForMaskedLM (ModernBERT has no AutoModelForPreTraining entry to use instead):
-# a masked-LM folder derived from theirs by plain transformers, opened with AutoModelForMaskedLM and
-# trust_remote_code=True, asks for our modeling file it does not hold. transformers gives no way round it from our
-# side (docs/loading.md says what to do); a folder derived from a Hub repo points at that repo and loads.
-LIMITED = ("roberta-tiny", "spanbert-tiny", "modernbert-tiny")
 
 
 @pytest.fixture(scope="session")
@@ -69,6 +64,8 @@ def client_case(recipe: str, folder, out) -> dict:
         "plm": str(folder) if xlnet else None,
         "finetune": str(folder / "discriminator") if joint else str(folder),
         "joint": str(folder) if joint else None,
+        # the model card's Python blocks, each run on its own as a user pastes it
+        "card": re.findall(r"```python\n(.*?)```", (folder / "README.md").read_text(), flags=re.DOTALL),
         "out": str(out / recipe),
     }
 
@@ -95,6 +92,7 @@ def client_results(folders, tmp_path_factory) -> dict:
         cwd=tmp,  # not the repo: nothing there is importable
         capture_output=True,
         text=True,
+        stdin=subprocess.DEVNULL,  # transformers asks "run the custom code? [y/N]" on a terminal: no one answers
         timeout=900,
     )
     assert done.returncode == 0, done.stderr[-4000:]
@@ -108,7 +106,7 @@ def ok(result: dict, name: str) -> dict:
 
 
 @pytest.mark.parametrize("recipe", FAMILIES)
-def test_every_client_on_the_folders_of_a_run(recipe, client_results):
+def test_every_client_on_the_folders_of_a_run(recipe, folders, client_results):
     result = client_results[recipe]
     assert result["hf_bertology_importable"] is False
 
@@ -121,13 +119,10 @@ def test_every_client_on_the_folders_of_a_run(recipe, client_results):
     if "mlm" in result:
         assert 0.0 <= lm["metrics"]["eval_accuracy"] <= 1.0
         # item 5: the continued-MLM folder plain transformers wrote (it inherits our auto_map, not our code) loads
-        # plainly; with remote code too, unless auto_map names the very class asked for (see LIMITED)
-        plain, remote = lm["reloads"]["False"], lm["reloads"]["True"]
-        assert "error" not in plain and plain["max_diff"] < 1e-5, plain
-        if recipe in LIMITED:
-            assert remote["error"].startswith("OSError") and "modeling_" in remote["error"], remote
-        else:
-            assert "error" not in remote and remote["max_diff"] < 1e-5, remote
+        # with and without trust_remote_code (auto_map names our class under AutoModelForPreTraining only, so
+        # AutoModelForMaskedLM picks transformers' class either way)
+        for remote, reload in lm["reloads"].items():
+            assert "error" not in reload and reload["max_diff"] < 1e-5, (remote, reload)
         assert ok(result, "fill_mask")["n"] == 3
 
     # run_glue.py: a new head only, fine-tuned by a plain Trainer; the saved classifier reloads both ways (item 5)
@@ -141,12 +136,23 @@ def test_every_client_on_the_folders_of_a_run(recipe, client_results):
     for head, loaded in ok(result, "heads").items():
         assert loaded.get("unsupported") or loaded["random_backbone"] == [], (head, loaded)
 
+    assert len(ok(result, "card")["printed"]) == 2  # the card's snippets run as written (plain, then our class)
+
     st = ok(result, "sentence_transformers")
     assert st["finite"] and st["reload_diff"] == 0.0 and st["round_trip_diff"] < 1e-6, st
 
-    if recipe in JOINT:  # item 3: the joint folder gives plain tools the trained discriminator
+    if recipe in JOINT:  # item 3: the joint folder gives standard tools our joint class or a refusal, never a guess
         joint = ok(result, "joint")
-        assert joint["AutoModel"]["missing"] == [], joint
+        ours = json.loads((folders[recipe] / "config.json").read_text())["auto_map"]["AutoModelForPreTraining"]
+        assert len(joint) == 3 * 9 + 1, sorted(joint)  # 7 Auto classes + 2 pipelines, 3 ways; sentence-transformers
+        for client, got in joint.items():
+            if client == "AutoModelForPreTraining[True]":
+                assert got == {"class": ours.split(".")[-1]}, (client, got)
+            elif client.endswith("[True]"):  # our config class, which no transformers class takes
+                refusal = "Could not load model" if client.startswith(("fill-mask", "text-")) else "Unrecognized"
+                assert got.get("refused", "").startswith(f"ValueError: {refusal}"), (client, got)
+            else:  # transformers does not know the joint model_type and asks for remote code
+                assert "refused" in got and "trust_remote_code" in got["refused"], (client, got)
 
 
 @pytest.mark.parametrize("recipe", FAMILIES)
@@ -155,27 +161,43 @@ def test_config_and_card_name_what_plain_transformers_has(recipe, folders, tmp_p
     task the folder serves, a license; a joint run's folder is no fill-mask model and says where the two networks
     are; every part folder has its own card."""
     import transformers
+    from transformers.testing_utils import CaptureLogger
 
     from hf_bertology.export import export_part
 
     folder = folders[recipe]
     config = json.loads((folder / "config.json").read_text())
-    assert hasattr(transformers, config["architectures"][0]), config["architectures"]
     assert all(ref.split(".")[-1].startswith("Bertology") for ref in config["auto_map"].values())
     assert "sparse_prediction" not in config or config["sparse_prediction"] is False
     card = (folder / "README.md").read_text()
     header = card.split("---")[1]
     assert "license: apache-2.0" in header and "library_name: transformers" in header
-    if recipe in JOINT:
-        assert "fill-mask" not in header and "pipeline_tag: feature-extraction" in header
+    if recipe in JOINT:  # item 3: a model_type of its own and our classes only: plain transformers refuses it
+        assert config["model_type"].startswith("bertology-") and config["model_type"].endswith("-joint")
+        assert config["model_type"] not in transformers.CONFIG_MAPPING
+        assert config["architectures"] == [config["auto_map"]["AutoModelForPreTraining"].split(".")[-1]]
+        assert set(config["auto_map"]) == {"AutoConfig", "AutoModelForPreTraining"}
+        assert "pipeline_tag" not in header  # no pipeline serves it; each part folder has its own
         assert "the pretraining heads" not in card and 'subfolder="generator"' in card
+        assert f"`{config['model_type']}`" in card and "trust_remote_code=True)" in card
         for part, tag in (("discriminator", "feature-extraction"), ("generator", "fill-mask")):
             part_config = json.loads((folder / part / "config.json").read_text())
             assert "auto_map" not in part_config and hasattr(transformers, part_config["architectures"][0])
             assert f"pipeline_tag: {tag}" in (folder / part / "README.md").read_text()
-        exported = export_part(folder, tmp_path / "exported", "generator")  # `bertology export` writes a card too
+        verbosity = transformers.logging.get_verbosity()
+        transformers.logging.set_verbosity_warning()
+        try:  # `bertology export` writes a card too; it reads the tokenizer with our config class (no type warning)
+            with CaptureLogger(transformers.logging.get_logger("transformers.configuration_utils")) as logged:
+                exported = export_part(folder, tmp_path / "exported", "generator")
+        finally:
+            transformers.logging.set_verbosity(verbosity)
+        assert "model of type" not in logged.out, logged.out
         assert "pipeline_tag: fill-mask" in (exported / "README.md").read_text()
     else:
+        assert hasattr(transformers, config["architectures"][0]), config["architectures"]
+        assert config["model_type"] in transformers.CONFIG_MAPPING and "AutoConfig" not in config["auto_map"]
+        # item 5: ours under AutoModelForPreTraining, so a derived masked LM's AutoModelForMaskedLM is transformers'
+        assert list(config["auto_map"]) == ["AutoModelForPreTraining"], config["auto_map"]
         tag = "text-generation" if recipe.startswith("xlnet") else "fill-mask"
         assert f"pipeline_tag: {tag}" in header
 

@@ -339,10 +339,12 @@ def test_no_glue_tasks_means_no_baseline():
         checked("--glue_tasks", "", "--baseline", "albert-tiny")
 
 
-def test_random_init_baseline_is_not_the_pretrained_weights(tmp_path, bert_tokenizer):
+@pytest.mark.parametrize("arch", ["bert-tiny", "electra-tiny"])
+def test_random_init_baseline_is_not_the_pretrained_weights(tmp_path, bert_tokenizer, arch):
     """The floor of the comparison is a fresh initialisation of the architecture: no weight tensor of the
     baseline equals the pretrained folder's (every tensor of the "pretrained" model here is moved off its
-    initial value, LayerNorms included), while the config and the tokenizer are the pretrained ones."""
+    initial value, LayerNorms included), while the config and the tokenizer are the pretrained ones. A joint
+    model's baseline has its discriminator/ (what GLUE fine-tunes) and generator/ too."""
     from types import SimpleNamespace
 
     from safetensors.torch import load_file
@@ -350,18 +352,20 @@ def test_random_init_baseline_is_not_the_pretrained_weights(tmp_path, bert_token
     from hf_bertology.evaluation.compare import make_baseline
     from hf_bertology.hub import save_folder
 
-    recipe = get_recipe("bert-tiny", vocab_size=len(bert_tokenizer))
+    recipe = get_recipe(arch, vocab_size=len(bert_tokenizer))
     torch.manual_seed(1)
     pretrained = recipe.build_model()
     with torch.no_grad():
         for param in pretrained.parameters():
             param.add_(torch.randn_like(param))
-    source = tmp_path / "pretrain" / "bert-tiny"
+    source = tmp_path / "pretrain" / arch
     save_folder(pretrained, bert_tokenizer, source)
-    baseline = make_baseline(SimpleNamespace(output_dir=str(tmp_path), seed=0), "bert-tiny")
+    baseline = make_baseline(SimpleNamespace(output_dir=str(tmp_path), seed=0), arch)
     theirs, ours = load_file(source / "model.safetensors"), load_file(baseline / "model.safetensors")
     assert ours.keys() == theirs.keys()
     same = [key for key in ours if torch.equal(ours[key], theirs[key])]
     assert same == [], same
     assert json.loads((baseline / "config.json").read_text()) == json.loads((source / "config.json").read_text())
     assert (baseline / "tokenizer.json").read_text() == (source / "tokenizer.json").read_text()
+    parts = [part for part in ("discriminator", "generator") if (baseline / part / "model.safetensors").is_file()]
+    assert parts == ([] if arch == "bert-tiny" else ["discriminator", "generator"])

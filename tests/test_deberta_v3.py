@@ -366,14 +366,21 @@ sys.modules["hf_bertology"] = None  # plain transformers only
 import json, torch
 from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForPreTraining, AutoModelForSequenceClassification
 ckpt, gen, ids = sys.argv[1], sys.argv[2], torch.tensor(json.loads(sys.argv[3]))
-result = {}
-encoder, info = AutoModel.from_pretrained(ckpt, output_loading_info=True)
+disc = sys.argv[4]
+result = {"refused": {}}
+for auto in (AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification):  # the joint folder (issue 31)
+    for remote in (False, True):
+        try:
+            result["refused"][f"{auto.__name__}[{remote}]"] = type(auto.from_pretrained(ckpt, trust_remote_code=remote)).__name__
+        except ValueError as err:
+            result["refused"][f"{auto.__name__}[{remote}]"] = " | ".join(str(err).splitlines()[:4])
+encoder, info = AutoModel.from_pretrained(disc, output_loading_info=True)
 result["class"] = type(encoder).__name__
 result["missing"] = sorted(info["missing_keys"])
-result["unexpected_prefixes"] = sorted({k.split(".")[0] for k in info["unexpected_keys"]})
+result["unexpected"] = sorted(info["unexpected_keys"])
 with torch.no_grad():
     result["hidden"] = encoder(ids).last_hidden_state.tolist()
-classifier, info = AutoModelForSequenceClassification.from_pretrained(ckpt, num_labels=2, output_loading_info=True)
+classifier, info = AutoModelForSequenceClassification.from_pretrained(disc, num_labels=2, output_loading_info=True)
 result["classifier"] = type(classifier).__name__
 result["classifier_missing"] = sorted({k.split(".")[0] for k in info["missing_keys"]})
 joint = AutoModelForPreTraining.from_pretrained(ckpt, trust_remote_code=True)
@@ -394,10 +401,18 @@ def test_plain_transformers_loads_discriminator_and_generator(tmp_path):
     ckpt = tmp_path / "ckpt"
     model.save_pretrained(ckpt)
     hb.export_deberta_v3(ckpt, tmp_path / "gen", "generator")
+    hb.export_deberta_v3(ckpt, tmp_path / "disc", "discriminator")
     script = tmp_path / "plain.py"
     script.write_text(textwrap.dedent(PLAIN_TRANSFORMERS))
     run = subprocess.run(
-        [sys.executable, str(script), str(ckpt), str(tmp_path / "gen"), json.dumps(ids.tolist())],
+        [
+            sys.executable,
+            str(script),
+            str(ckpt),
+            str(tmp_path / "gen"),
+            json.dumps(ids.tolist()),
+            str(tmp_path / "disc"),
+        ],
         capture_output=True,
         text=True,
         cwd=tmp_path,
@@ -409,8 +424,11 @@ def test_plain_transformers_loads_discriminator_and_generator(tmp_path):
         hidden = model.discriminate(ids).last_hidden_state
         rtd_logits = model(input_ids=ids).rtd_logits
         generator_logits = model.generator(ids).logits
-    assert result["class"] == "DebertaV2Model" and result["missing"] == []
-    assert result["unexpected_prefixes"] == ["gdes", "generator", "mask_predictions"]
+    # the joint checkpoint (issue 31): plain transformers refuses it, remote code gives our class only
+    for client, got in result["refused"].items():
+        expected = "Unrecognized configuration class" if client.endswith("[True]") else "trust_remote_code"
+        assert expected in got, (client, got)
+    assert result["class"] == "DebertaV2Model" and result["missing"] == [] and result["unexpected"] == []
     assert result["classifier"] == "DebertaV2ForSequenceClassification"
     assert result["classifier_missing"] == ["classifier", "pooler"]  # the new task head only
     assert torch.allclose(torch.tensor(result["hidden"]), hidden, atol=1e-5)
@@ -494,7 +512,7 @@ def test_pretrain_trains_saves_and_exports(tmp_path, corpus_file):
     first, last = losses[:5].mean(0), losses[-5:].mean(0)
     assert last[2] < 0.8 * first[2] and last[0] < first[0]  # the same 8 examples: both networks learn them
     config = json.loads((out / "config.json").read_text())
-    assert config["model_type"] == "deberta-v2" and config["embedding_sharing"] == "gdes"
+    assert config["model_type"] == "bertology-deberta-v3-joint" and config["embedding_sharing"] == "gdes"
     assert (out / "modeling_deberta_v3.py").is_file() and (out / "configuration_deberta_v3.py").is_file()
     assert cli(["export", "--deberta_v3_part", "generator", str(out), str(tmp_path / "gen")]) == 0
     exported = json.loads((tmp_path / "gen" / "config.json").read_text())

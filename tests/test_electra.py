@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from transformers import ElectraForPreTraining, ElectraModel, TrainingArguments
+from transformers import ElectraForMaskedLM, ElectraForPreTraining, ElectraModel, TrainingArguments
 
 import hf_bertology as hb
 from hf_bertology.collators import DataCollatorForMaskedLM
@@ -490,7 +490,8 @@ def test_pretrain_smoke_and_export(tmp_path):
     )
     assert math.isfinite(metrics["train_loss"])
     config = json.loads((out / "config.json").read_text())
-    assert config["model_type"] == "electra" and "AutoConfig" not in config["auto_map"]
+    # a joint run's own model_type, read by remote code only (issue 31: plain transformers refuses the folder)
+    assert config["model_type"] == "bertology-electra-joint" and "AutoConfig" in config["auto_map"]
     assert_folder_reloads_alike(out, BertologyElectraForPreTraining, ElectraForPreTraining, "rtd_logits", "logits")
     assert (out / "modeling_electra.py").is_file() and (out / "model.safetensors").is_file()
 
@@ -514,16 +515,18 @@ import json, torch
 from transformers import (AutoModel, AutoModelForMaskedLM, AutoModelForPreTraining,
                           AutoModelForSequenceClassification)
 ckpt, disc, gen, ids = sys.argv[1], sys.argv[2], sys.argv[3], torch.tensor(json.loads(sys.argv[4]))
-result = {}
-model, info = AutoModelForPreTraining.from_pretrained(ckpt, output_loading_info=True)
-result["class"] = type(model).__name__
-result["missing"] = sorted(info["missing_keys"])
-result["unexpected_all_generator"] = all(k.startswith("generator.") for k in info["unexpected_keys"])
-with torch.no_grad():
-    result["logits"] = model(ids).logits.tolist()
-encoder, info = AutoModel.from_pretrained(ckpt, output_loading_info=True)
+result = {"refused": {}}
+for auto in (AutoModel, AutoModelForMaskedLM, AutoModelForPreTraining, AutoModelForSequenceClassification):
+    for remote in (False, True):  # the joint folder: our class through AutoModelForPreTraining, else a refusal
+        if remote and auto is AutoModelForPreTraining:
+            continue
+        try:
+            result["refused"][f"{auto.__name__}[{remote}]"] = type(auto.from_pretrained(ckpt, trust_remote_code=remote)).__name__
+        except ValueError as err:
+            result["refused"][f"{auto.__name__}[{remote}]"] = " | ".join(str(err).splitlines()[:4])
+encoder, info = AutoModel.from_pretrained(disc, output_loading_info=True)
 result["encoder_missing"] = sorted(info["missing_keys"])
-classifier = AutoModelForSequenceClassification.from_pretrained(ckpt, num_labels=2)
+classifier = AutoModelForSequenceClassification.from_pretrained(disc, num_labels=2)
 result["classifier"] = type(classifier).__name__
 joint = AutoModelForPreTraining.from_pretrained(ckpt, trust_remote_code=True)
 result["remote"] = type(joint).__name__
@@ -572,15 +575,52 @@ def test_plain_transformers_loads_every_part(tmp_path):
     with torch.no_grad():
         ours = model(input_ids=ids).rtd_logits
         generator_logits = model.generator(ids).logits
-    assert result["class"] == "ElectraForPreTraining" and result["missing"] == []
-    assert result["unexpected_all_generator"] and result["encoder_missing"] == []
-    assert result["classifier"] == "ElectraForSequenceClassification"
+    # the joint checkpoint (issue 31): plain transformers refuses it, remote code gives our class and refuses the rest
+    for client, got in result["refused"].items():
+        expected = "Unrecognized configuration class" if client.endswith("[True]") else "trust_remote_code"
+        assert expected in got, (client, got)
+    assert result["encoder_missing"] == [] and result["classifier"] == "ElectraForSequenceClassification"
     assert result["remote"] == "BertologyElectraForPreTraining" and result["remote_shared"]
-    for key in ("logits", "remote_logits", "disc_logits"):
+    for key in ("remote_logits", "disc_logits"):
         assert torch.allclose(torch.tensor(result[key]), ours, atol=1e-5), key
     assert result["disc"] == ["ElectraForPreTraining", [], []]
     assert result["gen"] == ["ElectraForMaskedLM", [], []] and result["gen_tied"]
     assert torch.allclose(torch.tensor(result["gen_logits"]), generator_logits, atol=1e-5)
+
+
+def test_joint_model_type_is_written_and_read_back_and_older_checkpoints_still_load(tmp_path):
+    """Issue 31: every save of the joint model (ours, the Trainer's checkpoints) writes `bertology-electra-joint`
+    with our config class under auto_map; our classes read it back as "electra" in memory, and read a checkpoint
+    written before (`model_type: electra`, no AutoConfig) as before: same outputs, and `bertology export` works."""
+    import transformers
+    from transformers.testing_utils import CaptureLogger
+
+    model = tiny_model().eval()
+    ids = torch.randint(5, VOCAB, (2, 10), generator=torch.Generator().manual_seed(0))
+    model.save_pretrained(tmp_path / "new")
+    config = json.loads((tmp_path / "new" / "config.json").read_text())
+    assert config["model_type"] == "bertology-electra-joint"
+    assert config["auto_map"]["AutoConfig"] == "configuration_electra.BertologyElectraConfig"
+    old = tmp_path / "old"
+    model.save_pretrained(old)
+    config["model_type"] = "electra"
+    del config["auto_map"]["AutoConfig"]
+    (old / "config.json").write_text(json.dumps(config))
+    config_log = transformers.logging.get_logger("transformers.configuration_utils")
+    with torch.no_grad():
+        expected = model(input_ids=ids).rtd_logits
+        for folder in (tmp_path / "new", old):
+            with CaptureLogger(config_log) as logged:  # the joint type is read as ours: no type-mismatch warning
+                loaded = BertologyElectraForPreTraining.from_pretrained(folder).eval()
+            assert "model of type" not in logged.out, logged.out
+            assert loaded.config.model_type == "electra" and "model_type" not in vars(loaded.config)
+            assert torch.equal(loaded(input_ids=ids).rtd_logits, expected), folder
+    loaded.save_pretrained(tmp_path / "again")  # an old checkpoint continued: written with the joint type
+    assert json.loads((tmp_path / "again" / "config.json").read_text())["model_type"] == "bertology-electra-joint"
+    hb.export_electra(old, tmp_path / "gen", "generator")
+    generator = ElectraForMaskedLM.from_pretrained(tmp_path / "gen").eval()
+    with torch.no_grad():
+        assert torch.allclose(generator(input_ids=ids).logits, model.generator(input_ids=ids).logits, atol=1e-6)
 
 
 # -- examples -----------------------------------------------------------------------------------------------------

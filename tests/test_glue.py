@@ -497,6 +497,36 @@ def test_cli_error_is_one_line(tiny_model, tmp_path, capsys):
     assert len(err) == 1 and err[0].startswith("error: GLUE data folder not found")
 
 
+def test_a_joint_run_folder_fine_tunes_its_discriminator(tiny_model, tmp_path, capfd):
+    """Issue 31: the folder of a two-network run (a model_type plain transformers refuses) is fine-tuned through its
+    discriminator/, with a log line saying so; a joint checkpoint without one (a Trainer checkpoint-N) is one error
+    that says how to write it."""
+    from transformers import AutoTokenizer
+
+    import hf_bertology as hb
+    from hf_bertology.export import write_part_folders
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    torch.manual_seed(0)
+    model = hb.get_recipe("electra-tiny", vocab_size=len(tokenizer)).build_model()
+    joint = tmp_path / "electra"
+    model.save_pretrained(joint)  # what the Trainer writes into checkpoint-N: no part folders
+    tokenizer.save_pretrained(joint)
+    data = _sst2_folder(tmp_path / "SST-2")
+    with pytest.raises(BertologyError, match="no discriminator/ folder.*bertology export --part discriminator"):
+        main(_run_args(str(joint), tmp_path / "o1", "--task_name", "sst2", "--data_dir", str(data), "--do_train"))
+    write_part_folders(model, tokenizer, joint)
+    capfd.readouterr()
+    assert main(_run_args(str(joint), tmp_path / "o2", "--task_name", "sst2", "--data_dir", str(data),
+                          "--do_train", "--do_eval")) == 0  # fmt: skip
+    assert f"fine-tuning its discriminator, {joint / 'discriminator'}" in capfd.readouterr().err
+    for into in (joint, joint / "discriminator"):  # never over the joint model or the discriminator it reads
+        with pytest.raises(BertologyError, match="--output_dir is the model it reads"):
+            main(_run_args(str(joint), into, "--task_name", "sst2", "--data_dir", str(data), "--do_train"))
+    config = json.loads((tmp_path / "o2" / "config.json").read_text())
+    assert config["model_type"] == "electra" and config["architectures"] == ["ElectraForSequenceClassification"]
+
+
 def test_checkpoint_without_tokenizer(tiny_model, tmp_path):
     from transformers import AutoModelForSequenceClassification
 

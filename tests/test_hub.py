@@ -114,6 +114,8 @@ def test_pretrain_push_to_hub_then_load_in_a_fresh_process(hub, tmp_path):
         runs.append(["pretrain", *pretrain_argv(recipe, corpus, out, *flags)])
         plain = hb.VARIANTS[hb.get_recipe(recipe).variant].plain_auto_class
         cases.append({"repo": f"tester/{recipe}", "folder": str(out), "plain": plain})
+        if hb.get_recipe(recipe).config.to_diff_dict()["model_type"].endswith("-joint"):  # ELECTRA, DeBERTa-v3
+            cases[-1]["plain_subfolder"] = "discriminator"
     # One child runs every pretraining (imports once); `--hub_token` comes from HF_TOKEN here and is tested by
     # `bertology push --token` below.
     script = (
@@ -149,6 +151,9 @@ def test_pretrain_push_to_hub_then_load_in_a_fresh_process(hub, tmp_path):
         assert result["max_diff"] == 0.0, result
         # Remote code gives our class from the downloaded module; plain loading gives transformers' own class.
         assert result["class"].startswith("transformers_modules.") == result["remote"], result
+        if "plain_on_joint_folder" in result:  # the joint folder itself: plain transformers refuses it (issue 31)
+            assert "trust_remote_code" in result["plain_on_joint_folder"], result
+    assert sum("plain_on_joint_folder" in result for result in results) == 2  # electra-tiny, deberta-v3-tiny
     downloads = {path for method, path in hub.requests if "/resolve/" in path}
     assert any(path.endswith("/model.safetensors") for path in downloads)
 

@@ -107,9 +107,13 @@ def test_no_example_sees_another(family):
 # bert and roberta are saved as pretraining writes them (`hub.save_folder`, with a tokenizer: fixture name). ELECTRA,
 # DeBERTa-v3 and the composed cells load as several plain classes (discriminator, generator, exported parts) whose
 # outputs are named unlike ours: their own files check them (docs/testing.md).
+# Ours is under AutoModelForPreTraining in every family's auto_map (`remote_auto`): a masked LM that plain transformers
+# derives from a RoBERTa/SpanBERT/ModernBERT folder keeps auto_map without our file, and AutoModelForMaskedLM must
+# pick transformers' own class there (issue 31 item 5; ModernBERT's remote code registers ours under ModernBertConfig).
+PRETRAINING = "AutoModelForPreTraining"
 PLAIN_LOADING = {
     "bert": dict(auto="AutoModelForPreTraining", plain_class="BertForPreTraining", logits="prediction_logits"),
-    "roberta": dict(auto="AutoModelForMaskedLM", plain_class="RobertaForMaskedLM"),
+    "roberta": dict(auto="AutoModelForMaskedLM", plain_class="RobertaForMaskedLM", remote_auto=PRETRAINING),
     "albert": dict(
         auto="AutoModelForPreTraining",
         plain_class="AlbertForPreTraining",
@@ -120,12 +124,14 @@ PLAIN_LOADING = {
     "spanbert": dict(
         auto="AutoModelForMaskedLM",
         plain_class="BertForMaskedLM",
+        remote_auto=PRETRAINING,
         remote_ties=[("sbo.decoder.weight", "bert.embeddings.word_embeddings.weight")],
         encoder="BertModel",
     ),
     "modernbert": dict(
         auto="AutoModelForMaskedLM",
         plain_class="ModernBertForMaskedLM",
+        remote_auto=PRETRAINING,
         ties=[("decoder.weight", "model.embeddings.tok_embeddings.weight")],
     ),
     "xlnet": dict(  # logits at the `target_mapping` rows, (B, P, V), from both
@@ -161,7 +167,7 @@ def test_saved_folder_loads_in_plain_transformers(family, tmp_path, request):
     config = json.loads((tmp_path / "config.json").read_text())
     spec = PLAIN_LOADING[family]
     assert config["model_type"] == model.config.model_type
-    assert config["auto_map"] == {spec["auto"]: f"modeling_{family}.{type(model).__name__}"}
+    assert config["auto_map"] == {PRETRAINING: f"modeling_{family}.{type(model).__name__}"}
     assert (tmp_path / f"modeling_{family}.py").exists() and (tmp_path / f"configuration_{family}.py").exists()
     assert not list(tmp_path.glob("*.bin"))
     inputs = unlabelled(tiny_family_batch(family, seed=1))

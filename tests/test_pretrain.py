@@ -137,14 +137,18 @@ def test_offline_hub_dataset_says_pass_train_file(tmp_path, capsys, monkeypatch)
     assert "--train_file" in line and "wikitext" in line
 
 
-def test_continue_from_checkpoint_without_recipe(tmp_path, corpus_file):
+# one network, and a joint run (two networks: its folder has a model_type of its own, issue 31)
+@pytest.mark.parametrize(
+    "recipe,model_type", [("roberta-tiny", "roberta"), ("electra-tiny@roberta", "bertology-rtd-roberta-joint")]
+)
+def test_continue_from_checkpoint_without_recipe(tmp_path, corpus_file, recipe, model_type):
     """`--model_name_or_path` alone continues the saved run: its weights (with lr 0 they come out unchanged), its
     tokenizer, and its recipe from the config (class, objective settings); a normal step then trains on."""
     first = tmp_path / "first"
     main(
         [
             "--recipe",
-            "roberta-tiny",
+            recipe,
             "--train_file",
             str(corpus_file),
             "--output_dir",
@@ -167,7 +171,8 @@ def test_continue_from_checkpoint_without_recipe(tmp_path, corpus_file):
     assert (frozen / "tokenizer.json").read_text() == (first / "tokenizer.json").read_text()
     first_config = json.loads((first / "config.json").read_text())
     config = json.loads((frozen / "config.json").read_text())
-    assert config["model_type"] == "roberta" and config["architectures"] == first_config["architectures"]
+    assert config["model_type"] == first_config["model_type"] == model_type
+    assert config["architectures"] == first_config["architectures"]
     assert {k: v for k, v in config.items() if k != "transformers_version"} == {
         k: v for k, v in first_config.items() if k != "transformers_version"
     }
@@ -224,7 +229,7 @@ def test_readme_make_pretrain_line_runs_offline_without_shared(tmp_path):
     """The README's first command, `make pretrain`, as written, on a copy of the checkout that has no `../shared`
     beside it and no network (`HF_HUB_OFFLINE`), with only the steps, batch, evaluation size and folder made small:
     it reads the embedded WikiText-2 (decompressed into a fresh cache), evaluates before and after, writes a folder
-    plain `AutoModel` loads, and the same line run again goes on (`--resume_from_checkpoint last`)."""
+    whose `discriminator/` plain `AutoModel` loads, and the same line run again goes on (`--resume_from_checkpoint last`)."""
     import shlex
     import shutil
 
@@ -272,4 +277,4 @@ def test_readme_make_pretrain_line_runs_offline_without_shared(tmp_path):
     assert (tmp_path / "cache" / "wikitext-2-raw" / "wiki.test.raw").is_file()
     results = json.loads((out / "all_results.json").read_text())
     assert results["eval_at_start"]["eval_mlm_loss"] > 0 and results["eval_mlm_loss"] > 0
-    assert type(AutoModel.from_pretrained(out)).__name__ == "ElectraModel"
+    assert type(AutoModel.from_pretrained(out / "discriminator")).__name__ == "ElectraModel"

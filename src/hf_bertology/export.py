@@ -29,8 +29,17 @@ from transformers import AutoTokenizer, DebertaV2ForMaskedLM, DebertaV2Model, El
 
 from .hub import write_part_card
 from .models import deberta_v3
-from .models.composed import COMPOSED_MODELS
-from .models.electra import BertologyElectraForPreTraining, discriminator_config, generator_config
+from .models.composed import COMPOSED_CONFIGS, COMPOSED_MODELS
+from .models.composed.configuration_composed import JOINT_MODEL_TYPE
+from .models.deberta_v3 import BertologyDebertaV3Config
+from .models.deberta_v3.configuration_deberta_v3 import JOINT_MODEL_TYPE as DEBERTA_V3_JOINT_MODEL_TYPE
+from .models.electra import (
+    BertologyElectraConfig,
+    BertologyElectraForPreTraining,
+    discriminator_config,
+    generator_config,
+)
+from .models.electra.configuration_electra import JOINT_MODEL_TYPE as ELECTRA_JOINT_MODEL_TYPE
 from .utils import BertologyError, logger, refuse_same_folder, run_command, set_verbosity
 
 ELECTRA_PARTS = {
@@ -61,7 +70,8 @@ def _write(model, checkpoint: Path, output_dir: Path, tokenizer=None) -> Path:
     output_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(output_dir, safe_serialization=True)
     try:
-        (tokenizer or AutoTokenizer.from_pretrained(checkpoint)).save_pretrained(output_dir)
+        tokenizer = tokenizer or AutoTokenizer.from_pretrained(checkpoint, config=joint_config(checkpoint))
+        tokenizer.save_pretrained(output_dir)
     except (OSError, ValueError):
         logger.warning("no tokenizer in %s: %s holds only the model", checkpoint, output_dir)
     return output_dir
@@ -228,7 +238,7 @@ def _plain_config(config, config_class):
     `layer_types` is cut to the depth (a generator's config was made shallower after construction, and the network
     built the first `num_hidden_layers` of them)."""
     known = set(config_class().to_dict()) | set(OPTIONAL_FIELDS)
-    fields = {k: v for k, v in config.to_dict().items() if k in known and k != "architectures"}
+    fields = {k: v for k, v in config.to_dict().items() if k in known and k not in ("architectures", "model_type")}
     if isinstance(fields.get("layer_types"), list):
         fields["layer_types"] = fields["layer_types"][: fields["num_hidden_layers"]]
     return config_class(**fields)
@@ -241,6 +251,7 @@ def export_composed(checkpoint: str | Path, output_dir: str | Path, part: str = 
         raise BertologyError(f"unknown part {part!r}; choose one of {', '.join(PARTS)}")
     checkpoint, output_dir = Path(checkpoint), Path(output_dir)
     model_type = _read_config(checkpoint).get("model_type")
+    model_type = {JOINT_MODEL_TYPE.format(family): family for family in COMPOSED_MODELS}.get(model_type, model_type)
     if model_type not in COMPOSED_MODELS:
         raise BertologyError(f"{checkpoint} holds no objective on another encoder (model_type {model_type!r})")
     try:
@@ -256,6 +267,28 @@ def export_composed(checkpoint: str | Path, output_dir: str | Path, part: str = 
     _write(model, checkpoint, output_dir)
     _card(output_dir, part, checkpoint, f"RTD on {model_type}")
     return output_dir
+
+
+def joint_model_type(folder: str | Path) -> str | None:
+    """The `model_type` of our own that `folder`'s config.json names when it holds a joint run (ELECTRA, DeBERTa-v3,
+    an RTD objective on another encoder; models/electra/configuration_electra.py), else None."""
+    joint_types = {ELECTRA_JOINT_MODEL_TYPE, DEBERTA_V3_JOINT_MODEL_TYPE}
+    joint_types |= {JOINT_MODEL_TYPE.format(family) for family in COMPOSED_MODELS}
+    config = Path(folder) / "config.json"
+    model_type = _read_config(Path(folder)).get("model_type") if config.is_file() else None
+    return model_type if model_type in joint_types else None
+
+
+def joint_config(folder: str | Path):
+    """The config of a joint run's `folder`, read by our class (the family's `model_type` in memory), else None.
+    `AutoTokenizer` needs a config: given none, it would build one for a `model_type` transformers does not know
+    (asking about remote code, then warning of a type mismatch)."""
+    model_type = joint_model_type(folder)
+    if model_type is None:
+        return None
+    classes = {ELECTRA_JOINT_MODEL_TYPE: BertologyElectraConfig, DEBERTA_V3_JOINT_MODEL_TYPE: BertologyDebertaV3Config}
+    classes |= {JOINT_MODEL_TYPE.format(family): config for family, config in COMPOSED_CONFIGS.items()}
+    return classes[model_type].from_pretrained(folder)
 
 
 def is_joint(model) -> bool:

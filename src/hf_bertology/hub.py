@@ -4,7 +4,9 @@ A folder holds `config.json` (the family's `model_type` plus an `auto_map` namin
 `model.safetensors`, the tokenizer, our modeling code (copied by `save_pretrained` for `trust_remote_code=True`)
 and a `README.md` model card. Plain `transformers` loads it without us: `architectures` names its own class, the
 weights hold every backbone parameter that class has. A joint run (two networks) adds vanilla `discriminator/` and
-`generator/` folders, each with its own card (`write_part_card`). docs/loading.md: which folder for which client.
+`generator/` folders, each with its own card (`write_part_card`); the joint folder itself has a `model_type` of its
+own, which plain `transformers` refuses (models/electra/configuration_electra.py). docs/loading.md: which folder for
+which client.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ encoder = AutoModel.from_pretrained("{path}")           # the encoder alone, e.g
 To continue pretraining with our objective (component losses included), load our class through remote code:
 
 ```python
+from transformers import {auto_class}
 model = {auto_class}.from_pretrained("{path}", trust_remote_code=True)
 ```"""
 
@@ -85,11 +88,12 @@ generator = AutoModelForMaskedLM.from_pretrained("{path}", subfolder="generator"
 fill_mask = pipeline("fill-mask", model=generator, tokenizer=tokenizer)
 ```
 
-Plain `transformers` on this folder itself reads the discriminator only (`{plain_class}`); its masked-LM
-classes would put a new, random head on the discriminator, so use `generator/` for masked-LM work. To continue the
-joint pretraining, load our class through remote code:
+This folder itself is not a plain `transformers` model (its `model_type` is `{model_type}`): `AutoModel*`
+classes, pipelines and sentence-transformers refuse it and ask for `trust_remote_code`, and with
+`trust_remote_code=True` only our joint class loads, to continue the joint pretraining:
 
 ```python
+from transformers import {auto_class}
 model = {auto_class}.from_pretrained("{path}", trust_remote_code=True)
 ```"""
 
@@ -199,18 +203,20 @@ def write_model_card(
     path = repo_id or str(output_dir)
     saved = _read_json(output_dir / "config.json")
     plain_class = (saved.get("architectures") or [None])[0]
-    auto_class = next(iter(saved.get("auto_map", {})), None) or getattr(model, "_auto_class", None) or plain_auto_class
+    model_classes = [name for name in saved.get("auto_map", {}) if name.startswith("AutoModel")]  # not AutoConfig
+    auto_class = next(iter(model_classes), None) or getattr(model, "_auto_class", None) or plain_auto_class
     joint = getattr(model, "generator", None) is not None
     if joint:
         disc, gen = (_read_json(output_dir / part / "config.json").get("architectures") for part in PARTS)
         how_to_load = LOAD_JOINT.format(
             path=path,
             auto_class=auto_class,
-            plain_class=plain_class,
+            model_type=saved.get("model_type", "?"),
             disc_class=(disc or ["the family's base model"])[0],
             gen_class=(gen or ["the family's masked LM"])[0],
         )
         tags = ["hf_bertology", variant, "replaced-token-detection"]
+        plain_class = None  # no pipeline serves the joint folder (its parts: the part cards)
     else:
         head = "pretraining heads" if plain_auto_class == "AutoModelForPreTraining" else "masked-LM head"
         how_to_load = LOAD_ONE.format(path=path, plain_auto_class=plain_auto_class, auto_class=auto_class, head=head)
@@ -335,7 +341,9 @@ def save_folder(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, outp
     if not (output_dir / "model.safetensors").exists() and not list(output_dir.glob("model-*.safetensors")):
         raise BertologyError(f"no safetensors weights were written to {output_dir}")
     complete_backbone(model, output_dir)
-    plain_class = plain_class_of(model)
+    # a joint run's folder keeps our class (a class plain transformers has would let its pipelines load the
+    # discriminator for any task under trust_remote_code); its parts are plain folders (`export.write_part_folders`)
+    plain_class = None if getattr(model, "generator", None) is not None else plain_class_of(model)
     if plain_class is not None:
         config_path = output_dir / "config.json"
         config = json.loads(config_path.read_text())

@@ -291,6 +291,7 @@ def make_baseline(args: CompareArguments, arch: str) -> Path:
     """A randomly initialised model of recipe `arch` (its config and tokenizer as pretrained), in Hub format."""
     from transformers import AutoTokenizer, set_seed
 
+    from ..export import joint_config, write_part_folders
     from ..hub import save_folder
     from ..training.pretrain import checkpoint_variant
 
@@ -304,7 +305,9 @@ def make_baseline(args: CompareArguments, arch: str) -> Path:
         raise BertologyError(f"{source} is not a hf_bertology checkpoint; cannot build the baseline from it")
     set_seed(args.seed)
     model = variant.model_class(variant.config_class.from_pretrained(source))
-    save_folder(model, AutoTokenizer.from_pretrained(source), out)
+    tokenizer = AutoTokenizer.from_pretrained(source, config=joint_config(source))  # a joint run's: read by ours
+    save_folder(model, tokenizer, out)
+    write_part_folders(model, tokenizer, out)  # a joint model: the discriminator GLUE fine-tunes
     (out / "BASELINE.txt").write_text(
         f"Randomly initialised {arch} architecture (seed {args.seed}), not pretrained.\n"
     )

@@ -11,6 +11,7 @@ from pathlib import Path
 import datasets
 from transformers import AutoTokenizer, TrainingArguments
 
+from ..export import joint_config
 from ..recipes import (
     BACKBONES,
     VARIANTS,
@@ -53,7 +54,7 @@ def load_tokenizer(name: str):
             "or --vocab_size to train one"
         )
     try:
-        return AutoTokenizer.from_pretrained(name)
+        return AutoTokenizer.from_pretrained(name, config=joint_config(name))  # a joint run's: read by our class
     except Exception as err:
         raise BertologyError(f"could not load a tokenizer from {name!r} ({type(err).__name__}: {err})") from None
 
@@ -69,7 +70,8 @@ def check_family(source: str, recipe: Recipe) -> None:
         model_type = json.loads(config_file.read_text(encoding="utf-8")).get("model_type")
     except (OSError, ValueError) as err:
         raise BertologyError(f"{config_file}: unreadable config ({err})") from None
-    if model_type != recipe.config.model_type:
+    written = recipe.config.to_diff_dict().get("model_type")  # a joint run's own type (configuration_electra.py)
+    if model_type not in (recipe.config.model_type, written):
         raise BertologyError(
             f"{source} is a {model_type!r} model but --recipe {recipe.name} trains {recipe.config.model_type!r}; "
             "pass a checkpoint of the same family"

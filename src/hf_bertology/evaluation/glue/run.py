@@ -80,6 +80,27 @@ def _load_tokenizer(model_args: ModelArguments):
     return tokenizer
 
 
+def discriminator_of_joint_run(model_args: ModelArguments) -> None:
+    """A joint run's folder (ELECTRA, DeBERTa-v3, RTD on another encoder: its `config.json` has our joint
+    `model_type`, which transformers refuses) is fine-tuned through the vanilla `discriminator/` every joint run
+    writes, as the papers fine-tune theirs; a joint folder without one (a Trainer `checkpoint-N`) is one error."""
+    from ...export import joint_model_type
+
+    folder = model_args.model_name_or_path
+    if joint_model_type(folder) is None:
+        return
+    part = Path(folder) / "discriminator"
+    if not (part / "config.json").is_file():
+        raise BertologyError(
+            f"{folder} holds a joint run's two networks and no discriminator/ folder: write it with "
+            f"`bertology export --part discriminator {folder} OUT` and fine-tune OUT"
+        )
+    logger.info(f"{folder} holds a joint run's two networks: fine-tuning its discriminator, {part}")
+    for name in ("model_name_or_path", "config_name", "tokenizer_name"):
+        if getattr(model_args, name) in (None, folder):
+            setattr(model_args, name, None if name != "model_name_or_path" else str(part))
+
+
 def run_task(model_args: ModelArguments, data_args: DataTrainingArguments, training_args) -> dict[str, float]:
     """Fine-tune and/or evaluate one task (run_glue.py's ``main``); returns the metrics written to
     ``all_results.json``."""
@@ -89,6 +110,9 @@ def run_task(model_args: ModelArguments, data_args: DataTrainingArguments, train
 
     task = get_task(data_args.task_name) if data_args.task_name else None
     if training_args.do_train:
+        refuse_same_folder(model_args.model_name_or_path, training_args.output_dir, "bertology glue")
+    discriminator_of_joint_run(model_args)
+    if training_args.do_train:  # nor over the discriminator/ a joint run's folder led to
         refuse_same_folder(model_args.model_name_or_path, training_args.output_dir, "bertology glue")
     set_seed(training_args.seed)
 

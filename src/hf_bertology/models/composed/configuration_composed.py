@@ -15,10 +15,19 @@ reads the saved `config.json`) plus the objective's parts:
 `objective` names the paper whose parts these are (a key of `hf_bertology.recipes.VARIANTS`). `recipes.get_recipe(
 "electra-small", backbone="roberta")` fills every field; the classes below only validate them. One class per family
 so that each subclasses that family's config.
+
+With replaced-token detection (two networks), `config.json` says `model_type: "bertology-rtd-<family>-joint"`
+(`JOINT_MODEL_TYPE`), which plain `transformers` does not know, and names the config class under
+`auto_map["AutoConfig"]`: without `trust_remote_code` every Auto class and pipeline refuses the folder instead of
+reading the discriminator; with it, only `AutoModelForPreTraining` (ours) loads it. The run's `discriminator/` and
+`generator/` folders hold the vanilla networks. In memory, and for every other objective on disk too, the type is the
+family's (configuration_electra.py says more).
 """
 
 from transformers import AlbertConfig, BertConfig, DebertaV2Config, ElectraConfig, ModernBertConfig, RobertaConfig
 
+# config.json's `model_type` of an RTD objective on family `{}` (`to_diff_dict`); read back as the family's.
+JOINT_MODEL_TYPE = "bertology-rtd-{}-joint"
 SENTENCE_TASKS = (None, "nsp", "sop")
 EMBEDDING_SHARING = ("gdes", "es", "nes")
 
@@ -57,6 +66,7 @@ class ComposedObjectiveConfig:
         input_format: str = "full_sentences",
         **kwargs,
     ):
+        kwargs.pop("model_type", None)  # a saved one (the joint type) must not hide the family's
         if sentence_task not in SENTENCE_TASKS:
             raise ValueError(f"sentence_task must be one of {SENTENCE_TASKS}, got {sentence_task!r}")
         if embedding_sharing not in EMBEDDING_SHARING:
@@ -85,6 +95,24 @@ class ComposedObjectiveConfig:
         self.disallow_correct = disallow_correct
         self.input_format = input_format
         super().__init__(**kwargs)
+        if replaced_token_detection:  # auto_map names the config class: only remote code knows the joint type
+            self._auto_class = "AutoConfig"
+
+    @classmethod
+    def get_config_dict(cls, *args, **kwargs):
+        """The saved fields, the joint `model_type` read as the family's (no type-mismatch warning on load)."""
+        config_dict, kwargs = super().get_config_dict(*args, **kwargs)
+        if config_dict.get("model_type") == JOINT_MODEL_TYPE.format(cls.model_type):
+            config_dict["model_type"] = cls.model_type
+        return config_dict, kwargs
+
+    def to_diff_dict(self) -> dict:
+        """What `save_pretrained` writes; with replaced-token detection, the joint `model_type` that plain
+        transformers refuses."""
+        output = super().to_diff_dict()
+        if self.replaced_token_detection:
+            output["model_type"] = JOINT_MODEL_TYPE.format(self.model_type)
+        return output
 
 
 class BertologyComposedBertConfig(ComposedObjectiveConfig, BertConfig):

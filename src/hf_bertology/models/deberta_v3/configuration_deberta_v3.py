@@ -13,9 +13,18 @@ returns it as a plain `DebertaV2Config` with `legacy=False`, so `DebertaV2ForMas
 
 `embedding_sharing` (official `embedding_sharing` key): "gdes" (default), "es" or "nes"; see the modeling file.
 Every number, with the official file it comes from: `docs/recipes/deberta_v3.md`.
+
+A joint run's `config.json` says `model_type: "bertology-deberta-v3-joint"` (`JOINT_MODEL_TYPE`), which plain
+`transformers` does not know, with this class under `auto_map["AutoConfig"]`: without `trust_remote_code` every Auto
+class and pipeline refuses the folder; with it, only `AutoModelForPreTraining` (our joint class) loads it. The
+vanilla networks are the run's `discriminator/` and `generator/` folders. In memory the type stays "deberta-v2"; a
+checkpoint written with `model_type: "deberta-v2"` loads into our classes as it did (configuration_electra.py).
 """
 
 from transformers import DebertaV2Config
+
+# What config.json of a joint run says (`to_diff_dict`); `get_config_dict` reads it back as DebertaV2Config's type.
+JOINT_MODEL_TYPE = "bertology-deberta-v3-joint"
 
 # Fields that describe the objective, not the network: dropped from the exported vanilla configs.
 RECIPE_FIELDS = (
@@ -90,6 +99,8 @@ class BertologyDebertaV3Config(DebertaV2Config):
             `prepare_data.py`: the concatenated corpus cut every `max_seq_length - 2` tokens, `[CLS] ... [SEP]`.
     """
 
+    _auto_class = "AutoConfig"  # auto_map names this class: only remote code knows the joint model_type
+
     def __init__(
         self,
         embedding_sharing: str = "gdes",
@@ -106,6 +117,7 @@ class BertologyDebertaV3Config(DebertaV2Config):
         input_format: str = "token_stream",
         **kwargs,
     ):
+        kwargs.pop("model_type", None)  # a saved one (the joint type) must not hide the class's "deberta-v2"
         embedding_sharing = embedding_sharing.lower()
         if embedding_sharing not in EMBEDDING_SHARING:
             raise ValueError(
@@ -145,6 +157,23 @@ class BertologyDebertaV3Config(DebertaV2Config):
         self.mask_positions = mask_positions
         self.input_format = input_format
         super().__init__(**kwargs)
+
+    # Copied from hf_bertology.models.electra.configuration_electra.BertologyElectraConfig.get_config_dict
+    @classmethod
+    def get_config_dict(cls, *args, **kwargs):
+        """The saved fields, the joint `model_type` read as this class's (no type-mismatch warning on load)."""
+        config_dict, kwargs = super().get_config_dict(*args, **kwargs)
+        if config_dict.get("model_type") == JOINT_MODEL_TYPE:
+            config_dict["model_type"] = cls.model_type
+        return config_dict, kwargs
+
+    # Copied from hf_bertology.models.electra.configuration_electra.BertologyElectraConfig.to_diff_dict
+    def to_diff_dict(self) -> dict:
+        """What `save_pretrained` writes (every save: ours, the Trainer's checkpoints, a push), with the joint
+        `model_type` (`JOINT_MODEL_TYPE`) that plain transformers refuses."""
+        output = super().to_diff_dict()
+        output["model_type"] = JOINT_MODEL_TYPE
+        return output
 
 
 def discriminator_config(config: DebertaV2Config) -> DebertaV2Config:

@@ -12,9 +12,20 @@ a nested config: it is derived from the discriminator's fields and `generator_hi
 what `bertology export --electra-part generator` writes). The other extra fields are the objective's: masking for
 the generator input (85% [MASK] / 15% kept / no random tokens), loss weights, sampling temperature, two-stage
 training.
+
+A joint run's `config.json` says `model_type: "bertology-electra-joint"` (`JOINT_MODEL_TYPE`), a type plain
+`transformers` does not know, with this class under `auto_map["AutoConfig"]`: without `trust_remote_code` every Auto
+class, pipeline and sentence-transformers refuses the folder (it asks for `trust_remote_code`) instead of reading
+the discriminator under a new, random masked-LM head; with it, only `AutoModelForPreTraining` (our joint class)
+loads it. The vanilla networks are the run's `discriminator/` and `generator/` folders (docs/loading.md). In memory
+the type stays "electra" (transformers' ELECTRA modules and our code read it); a checkpoint written before the
+joint type (`model_type: "electra"`) loads into our classes as it did.
 """
 
 from transformers import ElectraConfig
+
+# What config.json of a joint run says (`to_diff_dict`); `get_config_dict` reads it back as ElectraConfig's type.
+JOINT_MODEL_TYPE = "bertology-electra-joint"
 
 # Fields that describe the objective, not the network: dropped from the exported vanilla configs.
 RECIPE_FIELDS = (
@@ -73,6 +84,8 @@ class BertologyElectraConfig(ElectraConfig):
             5% random-length examples (build_pretraining_dataset.py; `hf_bertology.data.segments`).
     """
 
+    _auto_class = "AutoConfig"  # auto_map names this class: only remote code knows the joint model_type
+
     def __init__(
         self,
         generator_hidden_fraction: float = 0.25,
@@ -90,6 +103,7 @@ class BertologyElectraConfig(ElectraConfig):
         input_format: str = "electra_segments",
         **kwargs,
     ):
+        kwargs.pop("model_type", None)  # a saved one (the joint type) must not hide the class's "electra"
         if not 0.0 < generator_hidden_fraction <= 1.0:
             raise ValueError(f"generator_hidden_fraction must be in (0, 1], got {generator_hidden_fraction}")
         # Copied from hf_bertology.models.bert.configuration_bert.BertologyBertConfig.__init__[masking_checks]
@@ -139,6 +153,21 @@ class BertologyElectraConfig(ElectraConfig):
                 f"num_attention_heads={max(1, self.hidden_size // 64)} (got {self.intermediate_size} and "
                 f"{self.num_attention_heads})"
             )
+
+    @classmethod
+    def get_config_dict(cls, *args, **kwargs):
+        """The saved fields, the joint `model_type` read as this class's (no type-mismatch warning on load)."""
+        config_dict, kwargs = super().get_config_dict(*args, **kwargs)
+        if config_dict.get("model_type") == JOINT_MODEL_TYPE:
+            config_dict["model_type"] = cls.model_type
+        return config_dict, kwargs
+
+    def to_diff_dict(self) -> dict:
+        """What `save_pretrained` writes (every save: ours, the Trainer's checkpoints, a push), with the joint
+        `model_type` (`JOINT_MODEL_TYPE`) that plain transformers refuses."""
+        output = super().to_diff_dict()
+        output["model_type"] = JOINT_MODEL_TYPE
+        return output
 
 
 def discriminator_config(config: ElectraConfig) -> ElectraConfig:

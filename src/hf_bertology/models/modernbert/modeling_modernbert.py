@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import ModernBertForMaskedLM
+from transformers import ModernBertConfig, ModernBertForMaskedLM
 from transformers.modeling_outputs import ModelOutput
 
 from .configuration_modernbert import BertologyModernBertConfig
@@ -55,8 +55,13 @@ class BertologyModernBertForPreTrainingOutput(ModelOutput):
 class BertologyModernBertForPreTraining(ModernBertForMaskedLM):
     """`ModernBertForMaskedLM`'s modules (and tied decoder), with a loss normalised by the step's masked count."""
 
-    config_class = BertologyModernBertConfig
-    _auto_class = "AutoModelForMaskedLM"
+    # transformers' own config class: `AutoModelForPreTraining` + remote code builds a plain `ModernBertConfig` (no
+    # AutoConfig in auto_map) and, having no pretraining class for it, registers ours under it, which it allows only
+    # when the names match (auto_factory.py `register`); `__init__` turns it into ours.
+    config_class = ModernBertConfig
+    # Listed under AutoModelForPreTraining, not AutoModelForMaskedLM: a masked-LM folder plain transformers derives
+    # from ours inherits auto_map without this file, and AutoModelForMaskedLM must then pick the plain class.
+    _auto_class = "AutoModelForPreTraining"
     accepts_loss_kwargs = True  # the loss is normalised by `num_items_in_batch`
 
     def __init__(self, config: BertologyModernBertConfig):

@@ -42,7 +42,9 @@ class BertologyRobertaForPreTrainingOutput(ModelOutput):
 
 class BertologyRobertaForPreTraining(RobertaPreTrainedModel):
     config_class = BertologyRobertaConfig
-    _auto_class = "AutoModelForMaskedLM"
+    # Listed under AutoModelForPreTraining, not AutoModelForMaskedLM: a masked-LM folder plain transformers derives
+    # from ours inherits auto_map without this file, and AutoModelForMaskedLM must then pick the plain class.
+    _auto_class = "AutoModelForPreTraining"
     accepts_loss_kwargs = True  # the loss is normalised by `num_items_in_batch`
     # The saved folder also holds RobertaModel's pooler (for RobertaForMultipleChoice); pretraining never uses it.
     _keys_to_ignore_on_load_unexpected = [r"^roberta\.pooler\."]

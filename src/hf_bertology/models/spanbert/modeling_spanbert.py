@@ -103,7 +103,9 @@ class SpanBoundaryHead(nn.Module):
 
 class BertologySpanBertForPreTraining(BertPreTrainedModel):
     config_class = BertologySpanBertConfig
-    _auto_class = "AutoModelForMaskedLM"
+    # Listed under AutoModelForPreTraining, not AutoModelForMaskedLM: a masked-LM folder plain transformers derives
+    # from ours inherits auto_map without this file, and AutoModelForMaskedLM must then pick the plain class.
+    _auto_class = "AutoModelForPreTraining"
     accepts_loss_kwargs = True  # the losses are normalised by `num_items_in_batch`
     _tied_weights_keys = {
         "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
