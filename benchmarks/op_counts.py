@@ -5,7 +5,8 @@
 
 One step = forward with labels, backward, fused AdamW step, zero_grad, on a batch of 8 examples of at most 64 tokens
 from a seeded synthetic corpus (the recipe's `-tiny` preset, a 300-token vocabulary). Ours: the recipe's model and
-collator as `pretrain` configures them (padding-free where the variant allows it, target positions). Plain: the
+collator as `pretrain` configures them (padding-free where the variant allows it, target positions), at a step the
+Trainer does not log (`return_metrics=False` where the model takes it: no accuracies). Plain: the
 family's `transformers` pretraining class on the padded batch, as a `run_mlm.py` user would run it (ELECTRA and
 DeBERTa-v3: `*ForMaskedLM` generator and a discriminator joined by hand, sampling with `torch.multinomial`).
 "non-view": operations that are not views (a view launches no kernel). On a GPU every operation that is not a view
@@ -18,6 +19,7 @@ that is meant to add operations, run this script with `--write` and commit the J
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import random
 from collections import Counter
@@ -180,8 +182,11 @@ def measure(variant: str, corpus: datasets.Dataset | None = None, plain: bool = 
     model, collator = configure_attention(recipe.build_model(), padded_collator, None, None, recipe.padding_free)
     ours_batch = collator(features)
 
+    # a step `BertologyTrainer` does not log: no accuracies where the model can leave them out
+    quiet = {"return_metrics": False} if "return_metrics" in inspect.signature(model.forward).parameters else {}
+
     def ours_loss(model, batch):
-        return model(**batch, num_items_in_batch=_counts(batch)).loss
+        return model(**batch, num_items_in_batch=_counts(batch), **quiet).loss
 
     ours = count_step(model.train(), ours_batch, ours_loss)
     row = {"ours": ours.total, "ours_non_view": ours.non_view}

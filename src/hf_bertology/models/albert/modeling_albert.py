@@ -105,6 +105,7 @@ class BertologyAlbertForPreTraining(AlbertPreTrainedModel):
         sentence_order_label: torch.Tensor | None = None,
         target_positions: torch.Tensor | None = None,
         num_items_in_batch: Mapping | torch.Tensor | int | None = None,
+        return_metrics: bool = True,
         **kwargs,
     ) -> BertologyAlbertForPreTrainingOutput:
         r"""
@@ -114,6 +115,7 @@ class BertologyAlbertForPreTraining(AlbertPreTrainedModel):
         sentence_order_label (`(batch,)`): 0 if A precedes B in the document, 1 if they were swapped.
         cu_seq_lens_q (in `kwargs`): a padding-free batch (`hf_bertology.collators.flatten`): one `(1, T)` row
             whose examples start at `cu_seq_lens_q[:-1]`; SOP reads each example's first token.
+        return_metrics: also compute the accuracies (`BertologyTrainer` passes `False` at steps it does not log).
         """
         # Copied from hf_bertology.models.bert.modeling_bert.BertologyBertForPreTraining.forward[packed_backbone] with self.bert->self.albert
         packed = kwargs.get("cu_seq_lens_q") is not None
@@ -148,15 +150,17 @@ class BertologyAlbertForPreTraining(AlbertPreTrainedModel):
             n_tokens = predicted.sum()
             mlm_sum = F.cross_entropy(prediction_logits.float(), targets, reduction="sum")
             mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", n_tokens, n_tokens)
-            mlm_accuracy = (prediction_logits.argmax(-1) == targets).sum() / n_tokens  # none: NaN, which logs skip
+            if return_metrics:
+                mlm_accuracy = (prediction_logits.argmax(-1) == targets).sum() / n_tokens  # none: NaN, logs skip it
             loss = mlm_loss
             if sentence_order_label is not None:
                 n_seq = torch.full((), sentence_order_label.numel(), device=labels.device)
                 sop_sum = F.cross_entropy(sop_logits.float(), sentence_order_label.view(-1), reduction="sum")
                 sop_loss = sop_sum / _denominator(num_items_in_batch, "sentence_order_label", n_seq, n_tokens)
-                sop_accuracy = (
-                    sop_logits.argmax(-1) == sentence_order_label.view(-1)
-                ).sum() / sentence_order_label.view(-1).ne(-100).sum()
+                if return_metrics:
+                    sop_accuracy = (
+                        sop_logits.argmax(-1) == sentence_order_label.view(-1)
+                    ).sum() / sentence_order_label.view(-1).ne(-100).sum()
                 loss = loss + sop_loss
 
         return BertologyAlbertForPreTrainingOutput(

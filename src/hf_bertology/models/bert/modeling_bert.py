@@ -104,6 +104,7 @@ class BertologyBertForPreTraining(BertPreTrainedModel):
         next_sentence_label: torch.Tensor | None = None,
         target_positions: torch.Tensor | None = None,
         num_items_in_batch: Mapping | torch.Tensor | int | None = None,
+        return_metrics: bool = True,
         **kwargs,
     ) -> BertologyBertForPreTrainingOutput:
         r"""
@@ -113,6 +114,8 @@ class BertologyBertForPreTraining(BertPreTrainedModel):
             computed on the host by our collators: the sparse head then gathers them with no host sync.
         cu_seq_lens_q (in `kwargs`): a padding-free batch (`hf_bertology.collators.flatten`): one `(1, T)` row
             whose examples start at `cu_seq_lens_q[:-1]`; NSP reads each example's first token.
+        return_metrics: also compute the accuracies. `BertologyTrainer` passes `False` at training steps it does not
+            log (they change no gradient; on a GPU each operation is a kernel launch).
         """
         # Copy source: packed_backbone
         packed = kwargs.get("cu_seq_lens_q") is not None
@@ -149,15 +152,17 @@ class BertologyBertForPreTraining(BertPreTrainedModel):
             n_tokens = predicted.sum()
             mlm_sum = F.cross_entropy(prediction_logits.float(), targets, reduction="sum")
             mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", n_tokens, n_tokens)
-            mlm_accuracy = (prediction_logits.argmax(-1) == targets).sum() / n_tokens  # none: NaN, which logs skip
+            if return_metrics:
+                mlm_accuracy = (prediction_logits.argmax(-1) == targets).sum() / n_tokens  # none: NaN, logs skip it
             loss = mlm_loss
             if next_sentence_label is not None:
                 n_seq = torch.full((), next_sentence_label.numel(), device=labels.device)
                 nsp_sum = F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1), reduction="sum")
                 nsp_loss = nsp_sum / _denominator(num_items_in_batch, "next_sentence_label", n_seq, n_tokens)
-                nsp_accuracy = (
-                    nsp_logits.argmax(-1) == next_sentence_label.view(-1)
-                ).sum() / next_sentence_label.view(-1).ne(-100).sum()
+                if return_metrics:
+                    nsp_accuracy = (
+                        nsp_logits.argmax(-1) == next_sentence_label.view(-1)
+                    ).sum() / next_sentence_label.view(-1).ne(-100).sum()
                 loss = loss + nsp_loss
 
         return BertologyBertForPreTrainingOutput(
