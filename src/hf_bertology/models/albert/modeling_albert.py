@@ -94,6 +94,13 @@ class BertologyAlbertForPreTraining(AlbertPreTrainedModel):
     def get_input_embeddings(self):
         return self.albert.embeddings.word_embeddings
 
+    def mlm_head(self, states, targets, return_logits: bool | None = None, with_argmax: bool = True):
+        """`(logits, summed cross-entropy, predicted ids or None)` at the `(M, H)` states of the targets (the
+        interface of BERT's `mlm_head`; unfused: this file imports nothing from BERT's folder)."""
+        logits = self.predictions(states)  # (M, V)
+        loss = F.cross_entropy(logits.float(), targets, reduction="sum")
+        return logits, loss, logits.argmax(-1) if with_argmax else None
+
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -106,6 +113,7 @@ class BertologyAlbertForPreTraining(AlbertPreTrainedModel):
         target_positions: torch.Tensor | None = None,
         num_items_in_batch: Mapping | torch.Tensor | int | None = None,
         return_metrics: bool = True,
+        return_logits: bool | None = None,
         **kwargs,
     ) -> BertologyAlbertForPreTrainingOutput:
         r"""
@@ -116,6 +124,7 @@ class BertologyAlbertForPreTraining(AlbertPreTrainedModel):
         cu_seq_lens_q (in `kwargs`): a padding-free batch (`hf_bertology.collators.flatten`): one `(1, T)` row
             whose examples start at `cu_seq_lens_q[:-1]`; SOP reads each example's first token.
         return_metrics: also compute the accuracies (`BertologyTrainer` passes `False` at steps it does not log).
+        return_logits: accepted for BERT's interface; ALBERT's head always returns its logits (`mlm_head`).
         """
         # Copied from hf_bertology.models.bert.modeling_bert.BertologyBertForPreTraining.forward[packed_backbone] with self.bert->self.albert
         packed = kwargs.get("cu_seq_lens_q") is not None
@@ -146,12 +155,12 @@ class BertologyAlbertForPreTraining(AlbertPreTrainedModel):
             at = predicted.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
             targets = labels.flatten().index_select(0, at)
             states = sequence_output.flatten(0, 1).index_select(0, at)  # (M, H): the labelled tokens
-            prediction_logits = self.predictions(states)  # (M, V): sparse prediction
+            # (M, V) logits (sparse prediction), or None where the loss is fused (`mlm_head`)
+            prediction_logits, mlm_sum, predicted_ids = self.mlm_head(states, targets, return_logits, return_metrics)
             n_tokens = predicted.sum()
-            mlm_sum = F.cross_entropy(prediction_logits.float(), targets, reduction="sum")
             mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", n_tokens, n_tokens)
             if return_metrics:
-                mlm_accuracy = (prediction_logits.argmax(-1) == targets).sum() / n_tokens  # none: NaN, logs skip it
+                mlm_accuracy = (predicted_ids == targets).sum() / n_tokens  # none: NaN, logs skip it
             loss = mlm_loss
             if sentence_order_label is not None:
                 n_seq = torch.full((), sentence_order_label.numel(), device=labels.device)

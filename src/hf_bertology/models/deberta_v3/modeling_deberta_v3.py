@@ -137,7 +137,8 @@ def gumbel_sample(logits: torch.Tensor, temperature: float = 1.0, keys: torch.Te
     if keys is None:
         noise = torch.rand(logits.shape, device=logits.device, dtype=torch.float32)
     elif len(keys):  # in blocks of rows: the int64 hash of a whole (M, vocab) block would take 2x the noise's memory
-        noise = torch.cat([keyed_uniform(block, logits.shape[-1]) for block in keys.split(1024)])
+        blocks = [keyed_uniform(block, logits.shape[-1]) for block in keys.split(1024)]
+        noise = blocks[0] if len(blocks) == 1 else torch.cat(blocks)  # one block: no copy
     else:
         noise = torch.zeros(logits.shape, device=logits.device, dtype=torch.float32)
     noise.add_(1e-9).log_().neg_().add_(1e-9).log_().neg_()  # Gumbel(0, 1) = -log(-log(U))
