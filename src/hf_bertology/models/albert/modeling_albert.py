@@ -151,19 +151,23 @@ class BertologyAlbertForPreTraining(AlbertPreTrainedModel):
         if labels is None:
             prediction_logits = self.predictions(sequence_output)  # (B, T, V)
         else:
-            predicted = labels.ne(-100)  # (B, T)
-            at = predicted.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
+            at = (
+                labels.flatten().ne(-100).nonzero().squeeze(1) if target_positions is None else target_positions
+            )  # (M,)
             targets = labels.flatten().index_select(0, at)
             states = sequence_output.flatten(0, 1).index_select(0, at)  # (M, H): the labelled tokens
             # (M, V) logits (sparse prediction), or None where the loss is fused (`mlm_head`)
             prediction_logits, mlm_sum, predicted_ids = self.mlm_head(states, targets, return_logits, return_metrics)
-            n_tokens = predicted.sum()
+            # local counts only where used: without the Trainer's counts per objective, and for the accuracies
+            counted = isinstance(num_items_in_batch, Mapping) and "labels" in num_items_in_batch
+            counted = counted and (sentence_order_label is None or "sentence_order_label" in num_items_in_batch)
+            n_tokens = None if counted and not return_metrics else labels.ne(-100).sum()
             mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", n_tokens, n_tokens)
             if return_metrics:
                 mlm_accuracy = (predicted_ids == targets).sum() / n_tokens  # none: NaN, logs skip it
             loss = mlm_loss
             if sentence_order_label is not None:
-                n_seq = torch.full((), sentence_order_label.numel(), device=labels.device)
+                n_seq = None if counted else torch.full((), sentence_order_label.numel(), device=labels.device)
                 sop_sum = F.cross_entropy(sop_logits.float(), sentence_order_label.view(-1), reduction="sum")
                 sop_loss = sop_sum / _denominator(num_items_in_batch, "sentence_order_label", n_seq, n_tokens)
                 if return_metrics:

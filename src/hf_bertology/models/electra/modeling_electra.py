@@ -340,8 +340,8 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
 
         # 4. the combined loss (the generator's term left out while it is frozen)
         loss = config.discriminator_weight * rtd_loss
-        if not frozen_generator:
-            loss = loss + config.generator_weight * mlm_loss
+        if not frozen_generator:  # (a weight of 1, the paper's, multiplies nothing: one operation fewer)
+            loss = loss + (mlm_loss if config.generator_weight == 1.0 else config.generator_weight * mlm_loss)
         metrics = (
             self.diagnostics(prediction_logits, targets, sampled, rtd_logits, rtd_labels, real)
             if return_metrics
