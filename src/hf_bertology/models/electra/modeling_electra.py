@@ -291,8 +291,8 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
             attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids, **kwargs
         )
         if labels is None:
-            rtd_logits, _ = self.discriminate(input_ids, **encoder_inputs)
-            return BertologyElectraForPreTrainingOutput(rtd_logits=rtd_logits)
+            hidden = self.discriminate(input_ids, **encoder_inputs).last_hidden_state
+            return BertologyElectraForPreTrainingOutput(rtd_logits=self.discriminator_predictions(hidden))
         config = self.config
         # Copy source: chosen
         chosen = labels.ne(-100)  # (B, T)
@@ -329,7 +329,8 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
         # End copy source: fake_data
 
         # 3. the discriminator tells every real token of the corrupted sequence: original or replaced
-        rtd_logits, disc_outputs = self.discriminate(replaced_input_ids, **encoder_inputs)  # (B, T)
+        disc_outputs = self.discriminate(replaced_input_ids, **encoder_inputs)
+        rtd_logits = self.discriminator_predictions(disc_outputs.last_hidden_state)  # (B, T)
         # Copy source: rtd_loss
         # over the real tokens by weighting, not selecting: every shape stays the batch's (no host sync)
         rtd_sum = F.binary_cross_entropy_with_logits(
@@ -369,10 +370,10 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
             gen_hidden = self.generator.generator_predictions(gen_hidden)  # (M, E)
             return self.generator.generator_lm_head(gen_hidden)  # (M, V)
 
-    def discriminate(self, input_ids, **encoder_inputs) -> tuple[torch.Tensor, ModelOutput]:
-        """The discriminator's `(B, T)` logits (> 0: "replaced") and its encoder's outputs."""
-        outputs = self.electra(input_ids, **encoder_inputs)
-        return self.discriminator_predictions(outputs.last_hidden_state), outputs
+    def discriminate(self, input_ids, **encoder_inputs) -> ModelOutput:
+        """The discriminator's encoder on `input_ids` (its head, `discriminator_predictions`, gives the logits), as
+        DeBERTa-v3's and the composed models' `discriminate`."""
+        return self.electra(input_ids, **encoder_inputs)
 
     @torch.no_grad()
     def diagnostics(self, prediction_logits, targets, sampled, rtd_logits, rtd_labels, real) -> dict:
