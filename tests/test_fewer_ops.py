@@ -206,3 +206,33 @@ def test_metrics_at_the_steps_the_trainer_logs(strategy, steps, first, expected)
         trainer.state = SimpleNamespace(global_step=global_step, logging_steps=steps)
         seen.append(BertologyTrainer._logs_this_step(trainer))
     assert seen == expected
+
+
+def test_keyed_noise_is_the_top_24_bits_of_splitmix64():
+    """`keyed_uniform` skips SplitMix64's last xor-shift (it leaves the kept top 24 bits alone): still entry (m, v)
+    = the top 24 bits of the full finaliser of `key_m + (v + 1) * golden` (the collators' numpy SplitMix64)."""
+    import numpy as np
+
+    from hf_bertology.collators.base import _GOLDEN, _mix64
+    from hf_bertology.models.electra.modeling_electra import keyed_uniform
+
+    g = torch.Generator().manual_seed(0)
+    keys = torch.cat([torch.randint(-(2**62), 2**62, (200,), generator=g), torch.tensor([0, -1, 2**63 - 1, -(2**63)])])
+    with np.errstate(over="ignore"):
+        counters = keys.numpy().view(np.uint64)[:, None] + np.arange(1, 38, dtype=np.uint64) * _GOLDEN
+        expected = (_mix64(counters) >> np.uint64(40)).astype(np.float64) * 2.0**-24
+    assert np.array_equal(keyed_uniform(keys, 37).double().numpy(), expected)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_gumbel_sample_is_the_textbook_gumbel_max(temperature):
+    """`gumbel_sample` builds the noise in place and takes an argmin of its negation (one operation fewer): the
+    samples are exactly argmax(logits + T * (-log(-log(U + 1e-9) + 1e-9))) on the same uniforms."""
+    from hf_bertology.models.electra.modeling_electra import gumbel_sample, keyed_uniform
+
+    g = torch.Generator().manual_seed(0)
+    keys = torch.randint(-(2**62), 2**62, (500,), generator=g)
+    logits = torch.randn(500, 64, generator=g) * 3
+    logits[:, 5] = logits[:, 4]  # ties
+    gumbel = -torch.log(-torch.log(keyed_uniform(keys, 64) + 1e-9) + 1e-9)
+    assert torch.equal(gumbel_sample(logits, temperature, keys), (logits + temperature * gumbel).argmax(-1))
