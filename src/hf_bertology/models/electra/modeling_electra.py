@@ -287,13 +287,7 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
         # the real tokens (RTD's weights), read before a packed batch drops the mask: a fixed-shape batch
         # (`collators.fixed_shape`) has filler slots that are not real
         real_mask = attention_mask
-        if kwargs.get("cu_seq_lens_q") is not None:
-            if self.config._attn_implementation not in PACKED_IMPLEMENTATIONS:
-                raise ValueError(f"a padding-free batch needs attn_implementation in {PACKED_IMPLEMENTATIONS}")
-            attention_mask = None  # the boundaries keep examples apart
-        encoder_inputs = dict(
-            attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids, **kwargs
-        )
+        encoder_inputs = self.encoder_inputs(attention_mask, token_type_ids, position_ids, **kwargs)
         if labels is None:
             hidden = self.discriminate(input_ids, **encoder_inputs).last_hidden_state
             return BertologyElectraForPreTrainingOutput(rtd_logits=self.discriminator_predictions(hidden))
@@ -364,6 +358,15 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
             attentions=disc_outputs.attentions,
             **metrics,
         )
+
+    def encoder_inputs(self, attention_mask, token_type_ids, position_ids, **kwargs) -> dict:
+        """What both encoders take besides the ids; a padding-free batch (`cu_seq_lens_q`) drops the mask: the
+        boundaries keep examples apart."""
+        if kwargs.get("cu_seq_lens_q") is not None:
+            if self.config._attn_implementation not in PACKED_IMPLEMENTATIONS:
+                raise ValueError(f"a padding-free batch needs attn_implementation in {PACKED_IMPLEMENTATIONS}")
+            attention_mask = None
+        return dict(attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids, **kwargs)
 
     def generate_logits(self, input_ids, at, frozen: bool = False, **encoder_inputs) -> torch.Tensor:
         """The generator's `(M, V)` logits at the chosen flat positions `at` only (sparse, as the official
