@@ -236,3 +236,43 @@ def test_gumbel_sample_is_the_textbook_gumbel_max(temperature):
     logits[:, 5] = logits[:, 4]  # ties
     gumbel = -torch.log(-torch.log(keyed_uniform(keys, 64) + 1e-9) + 1e-9)
     assert torch.equal(gumbel_sample(logits, temperature, keys), (logits + temperature * gumbel).argmax(-1))
+
+
+def test_pretrain_computes_accuracies_at_logged_steps_only(tmp_path, corpus_file, monkeypatch):
+    """Through `bertology pretrain` (4 steps, logging every 2): the forward is asked for metrics at steps 2 and 4
+    only, and both logs carry the losses and the accuracies."""
+    import functools
+    import json
+
+    from hf_bertology.models.bert.modeling_bert import BertologyBertForPreTraining
+    from hf_bertology.training.pretrain import main
+
+    asked = []
+    forward = BertologyBertForPreTraining.forward
+
+    @functools.wraps(forward)
+    def recording(self, *args, **kwargs):
+        if self.training:
+            asked.append(kwargs.get("return_metrics"))
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(BertologyBertForPreTraining, "forward", recording)
+    out = tmp_path / "run"
+    argv = ["--recipe", "bert-tiny", "--train_file", str(corpus_file), "--output_dir", str(out), "--vocab_size", "300"]
+    flags = [
+        "--max_steps",
+        "4",
+        "--per_device_train_batch_size",
+        "4",
+        "--logging_steps",
+        "2",
+        "--disable_tqdm",
+        "true",
+    ]
+    main([*argv, *flags])
+    assert asked == [False, True, False, True]
+    state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
+    logs = [log for log in state["log_history"] if "loss" in log]
+    assert [log["step"] for log in logs] == [2, 4]
+    for log in logs:
+        assert {"mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy"} <= log.keys(), log
