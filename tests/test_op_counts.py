@@ -52,3 +52,13 @@ def test_the_counter_counts_views_apart(op_counts):
         x.view(16) + 1
     assert dict(counter.ops) == {"aten.view": 1, "aten.add": 1}
     assert counter.total == 2 and counter.non_view == 1
+
+
+@pytest.mark.parametrize("variant", ["bert", "electra"])
+def test_launches_no_more_kernels_than_plain(op_counts, corpus, variant):
+    """BERT with NSP and ELECTRA, a step the Trainer does not log: no more non-view operations (each a kernel launch
+    on a GPU) than plain `BertForPreTraining` / `ElectraForMaskedLM` + `ElectraForPreTraining` with the stock
+    Trainer's label count, even on CPU, where our attention re-pads every layer (the CUDA path runs one
+    variable-length kernel instead) and ELECTRA hashes its sampling noise from per-token keys."""
+    counted = op_counts.measure(variant, corpus)
+    assert counted["ours_non_view"] <= counted["plain_non_view"], counted

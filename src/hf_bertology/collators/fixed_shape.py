@@ -45,7 +45,14 @@ import torch
 
 from ..utils import logger
 from .base import CollatorWrapper
-from .flatten import POSITION_KEYS, TARGET_POSITIONS, UNFLATTENABLE, add_target_positions, flatten_batch
+from .flatten import (
+    POSITION_KEYS,
+    TARGET_POSITIONS,
+    UNFLATTENABLE,
+    add_target_positions,
+    flatten_batch,
+    repad_layout,
+)
 
 # Keys of a padded batch that are per token but not labels: their filler value.
 _LABEL_FILL = -100
@@ -293,6 +300,7 @@ def lay_out(batch: dict[str, torch.Tensor], budget: TokenBudget) -> dict[str, to
     columns = torch.arange(budget.max_length)[None, :]
     # an empty segment keeps one (zero, never gathered) key: a row with none would be NaN (`packed_key_mask`)
     out["packed_key_mask"] = (columns < seg_length[:, None]) | (columns == 0)
+    out.update(repad_layout(out["packed_slots"], out["packed_key_mask"]))
     add_fixed_target_positions(out, budget)
     return out
 

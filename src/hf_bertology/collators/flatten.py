@@ -90,6 +90,7 @@ def flatten_batch(batch: dict[str, torch.Tensor]) -> dict[str, Any]:
         slots = torch.arange(rows)[:, None] * longest + torch.arange(width)[None, :]  # (B, L)
         flat["packed_slots"] = slots[real]  # (T,)
         flat["packed_key_mask"] = torch.arange(longest)[None, :] < lengths[:, None]  # (B, longest): the real keys
+        flat.update(repad_layout(flat["packed_slots"], flat["packed_key_mask"]))
     flat["attention_mask"] = torch.ones_like(flat["position_ids"])  # counts only: every token is real
     if any(key in batch for key in TARGET_POSITIONS.values()):  # they index the padded layout: index the flat one
         add_target_positions(flat)
@@ -112,15 +113,29 @@ def document_units(starts: torch.Tensor) -> dict[str, Any]:
     document = torch.repeat_interleave(torch.arange(len(begin)), lengths)  # (T,)
     positions = torch.arange(total) - begin[document]  # restart at 0 in every document
     longest = int(lengths.max())
+    slots, key_mask = document * longest + positions, torch.arange(longest)[None, :] < lengths[:, None]
     return {
         "position_ids": positions.unsqueeze(0),
         "cu_seq_lens_q": cu_seqlens,
         "cu_seq_lens_k": cu_seqlens,
         "max_length_q": longest,
         "max_length_k": longest,
-        "packed_slots": document * longest + positions,
-        "packed_key_mask": torch.arange(longest)[None, :] < lengths[:, None],  # (D, longest): the real keys
+        "packed_slots": slots,
+        "packed_key_mask": key_mask,  # (D, longest): the real keys
+        **repad_layout(slots, key_mask),
     }
+
+
+def repad_layout(slots: torch.Tensor, key_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The rest of what the re-padded attention (the CPU's, `training.attention`) needs, made once per batch here
+    rather than in every layer: each token's `(example, column)` in the `(B, longest)` layout (`packed_index`,
+    `(2, T)`: one index reads the attention's output back) and the keys' additive mask (`packed_key_bias`,
+    `(B, 1, 1, longest)`: 0 at real keys, -inf elsewhere, which SDPA adds as it is instead of converting a boolean
+    mask in every layer)."""
+    width = key_mask.shape[1]
+    index = torch.stack((slots // width, slots % width))
+    bias = torch.zeros(key_mask.shape).masked_fill_(~key_mask, float("-inf"))
+    return {"packed_index": index, "packed_key_bias": bias[:, None, None, :]}
 
 
 def add_target_positions(batch: dict[str, Any]) -> dict[str, Any]:

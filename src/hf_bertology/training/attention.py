@@ -36,13 +36,16 @@ PACKED_ATTENTION = "sdpa_packed"
 PACKED_IMPLEMENTATIONS = (PACKED_ATTENTION, "flash_attention_2", "flash_attention_3", "flash_attention_4")
 
 
-def _repad_sdpa(query, key, value, cu_seqlens, max_len, dropout, scaling, slots=None, key_mask=None, window=None):
+def _repad_sdpa(
+    query, key, value, cu_seqlens, max_len, dropout, scaling, slots=None, key_mask=None, window=None, layout=None
+):
     """SDPA over each example of a flat `(1, H, T, D)` batch: scatter into `(B, H, max_len, D)`, attend, gather.
 
     `slots` (`(T,)`): each token's place `row * max_len + col` (the collator's `packed_slots`); `key_mask`
     (`(B, max_len)`): the real keys of each example (the collator's `packed_key_mask`); else both derived here, in
     every layer. `window`: keys at most this far from the query (ModernBERT's local layers), else every key of the
-    example.
+    example. `layout`: the collator's `packed_index` and `packed_key_bias` (`collators.flatten.repad_layout`): the
+    output read back by one index and an additive mask SDPA takes as it is, 8 fewer kernels per layer.
     """
     _, heads, total, dim = query.shape
     rows = cu_seqlens.numel() - 1
@@ -53,7 +56,11 @@ def _repad_sdpa(query, key, value, cu_seqlens, max_len, dropout, scaling, slots=
         slots = row * max_len + (token - cu[row])
         key_mask = packed_key_mask(cu_seqlens, max_len)
     slots = slots.to(query.device)
-    keep = key_mask.to(query.device)[:, None, None, :]  # (B, 1, 1, max_len)
+    index, bias = layout if layout is not None else (None, None)
+    if bias is not None and window is None:
+        keep = bias if bias.dtype == query.dtype else bias.to(query.dtype)  # (B, 1, 1, max_len)
+    else:
+        keep = key_mask.to(query.device)[:, None, None, :]  # (B, 1, 1, max_len)
     if window is not None:
         col = torch.arange(max_len, device=query.device)
         keep = keep & ((col[:, None] - col[None, :]).abs() <= window)  # (B, 1, max_len, max_len)
@@ -65,7 +72,11 @@ def _repad_sdpa(query, key, value, cu_seqlens, max_len, dropout, scaling, slots=
     out = F.scaled_dot_product_attention(
         padded_q, padded_k, padded_v, attn_mask=keep, dropout_p=dropout, scale=scaling
     )  # (B, H, max_len, D)
-    out = out.transpose(1, 2).reshape(rows * max_len, heads, dim)[slots]  # (T, H, D)
+    if index is not None:
+        example, column = index.unbind(0)
+        out = out[example, :, column]  # (T, H, D): one gather, no copy into (B, max_len, H, D) first
+    else:
+        out = out.transpose(1, 2).reshape(rows * max_len, heads, dim)[slots]  # (T, H, D)
     return out.unsqueeze(0)  # (1, T, H, D)
 
 
@@ -142,7 +153,11 @@ def packed_attention_forward(
     if flash_varlen_applies(query):
         return _flash_varlen(query, key, value, cu_seqlens, max_len, dropout, scaling, window), None
     slots, key_mask = kwargs.get("packed_slots"), kwargs.get("packed_key_mask")
-    return _repad_sdpa(query, key, value, cu_seqlens, max_len, dropout, scaling, slots, key_mask, window), None
+    layout = None
+    if kwargs.get("packed_index") is not None and kwargs.get("packed_key_bias") is not None:
+        layout = (kwargs["packed_index"].to(query.device), kwargs["packed_key_bias"].to(query.device))
+    out = _repad_sdpa(query, key, value, cu_seqlens, max_len, dropout, scaling, slots, key_mask, window, layout)
+    return out, None
 
 
 def register_packed_attention() -> str:

@@ -14,7 +14,11 @@ Two things the stock Trainer does not do for pretraining objectives:
    nothing is predicted replaced) is averaged over the batches that define it. An evaluation batch's labels are
    the ones it carries: a forward names the labels of every head its config may switch on (a composed model's NSP,
    SOP and SBO; BERT's NSP under `sentence_task=none`), and the stock Trainer computes no `eval_loss` unless every
-   name in `label_names` is in the batch.
+   name in `label_names` is in the batch. Accuracies and other diagnostics (not losses) of a model whose forward
+   takes `return_metrics` (BERT, ALBERT, ELECTRA) are computed at the training steps that are logged only: they
+   change no gradient and cost 12 (BERT) to 50 (ELECTRA) operations per step (`benchmarks/op_counts.py`). A
+   logged accuracy is then the logged step's (all its micro-batches); losses stay means over the window. With
+   `--torch_compile` the logged steps are a second graph, compiled once at the first of them.
 
 And three things for long runs that are killed and resumed:
 
@@ -67,6 +71,7 @@ And one for joint models:
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections import deque
 from collections.abc import Mapping
@@ -76,7 +81,7 @@ import datasets
 import torch
 from accelerate.utils import DistributedType
 from transformers import Trainer
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, IntervalStrategy
 
 from ..collators.base import EXAMPLE_ID, CollatorWrapper
 from ..utils import logger
@@ -349,9 +354,29 @@ class BertologyTrainer(Trainer):
 
     # -- 2. component losses ---------------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if model.training and self._takes_return_metrics():
+            inputs = {**inputs, "return_metrics": self._logs_this_step()}
         loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
         self._record(outputs, num_items_in_batch, model.training)
         return (loss, outputs) if return_outputs else loss
+
+    def _takes_return_metrics(self) -> bool:
+        if getattr(self, "_return_metrics_arg", None) is None:
+            forward = getattr(self.model, "forward", None)
+            self._return_metrics_arg = (
+                forward is not None and "return_metrics" in inspect.signature(forward).parameters
+            )
+        return self._return_metrics_arg
+
+    def _logs_this_step(self) -> bool:
+        """Whether the step now running will be logged (`DefaultFlowCallback.on_step_end`'s rule); by epoch: always
+        (which step ends an epoch is not known here)."""
+        args, step = self.args, self.state.global_step + 1
+        if args.logging_strategy == IntervalStrategy.NO:
+            return False
+        if args.logging_strategy != IntervalStrategy.STEPS:
+            return True
+        return (step == 1 and args.logging_first_step) or step % max(1, self.state.logging_steps or 1) == 0
 
     def _record(self, outputs, num_items_in_batch, training: bool) -> None:
         if not isinstance(outputs, Mapping):

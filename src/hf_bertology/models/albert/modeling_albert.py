@@ -94,6 +94,13 @@ class BertologyAlbertForPreTraining(AlbertPreTrainedModel):
     def get_input_embeddings(self):
         return self.albert.embeddings.word_embeddings
 
+    def mlm_head(self, states, targets, return_logits: bool | None = None, with_argmax: bool = True):
+        """`(logits, summed cross-entropy, predicted ids or None)` at the `(M, H)` states of the targets (the
+        interface of BERT's `mlm_head`; unfused: this file imports nothing from BERT's folder)."""
+        logits = self.predictions(states)  # (M, V)
+        loss = F.cross_entropy(logits.float(), targets, reduction="sum")
+        return logits, loss, logits.argmax(-1) if with_argmax else None
+
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -105,6 +112,8 @@ class BertologyAlbertForPreTraining(AlbertPreTrainedModel):
         sentence_order_label: torch.Tensor | None = None,
         target_positions: torch.Tensor | None = None,
         num_items_in_batch: Mapping | torch.Tensor | int | None = None,
+        return_metrics: bool = True,
+        return_logits: bool | None = None,
         **kwargs,
     ) -> BertologyAlbertForPreTrainingOutput:
         r"""
@@ -114,6 +123,8 @@ class BertologyAlbertForPreTraining(AlbertPreTrainedModel):
         sentence_order_label (`(batch,)`): 0 if A precedes B in the document, 1 if they were swapped.
         cu_seq_lens_q (in `kwargs`): a padding-free batch (`hf_bertology.collators.flatten`): one `(1, T)` row
             whose examples start at `cu_seq_lens_q[:-1]`; SOP reads each example's first token.
+        return_metrics: also compute the accuracies (`BertologyTrainer` passes `False` at steps it does not log).
+        return_logits: accepted for BERT's interface; ALBERT's head always returns its logits (`mlm_head`).
         """
         # Copied from hf_bertology.models.bert.modeling_bert.BertologyBertForPreTraining.forward[packed_backbone] with self.bert->self.albert
         packed = kwargs.get("cu_seq_lens_q") is not None
@@ -140,23 +151,29 @@ class BertologyAlbertForPreTraining(AlbertPreTrainedModel):
         if labels is None:
             prediction_logits = self.predictions(sequence_output)  # (B, T, V)
         else:
-            predicted = labels.ne(-100)  # (B, T)
-            at = predicted.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
+            at = (
+                labels.flatten().ne(-100).nonzero().squeeze(1) if target_positions is None else target_positions
+            )  # (M,)
             targets = labels.flatten().index_select(0, at)
             states = sequence_output.flatten(0, 1).index_select(0, at)  # (M, H): the labelled tokens
-            prediction_logits = self.predictions(states)  # (M, V): sparse prediction
-            n_tokens = predicted.sum()
-            mlm_sum = F.cross_entropy(prediction_logits.float(), targets, reduction="sum")
+            # (M, V) logits (sparse prediction), or None where the loss is fused (`mlm_head`)
+            prediction_logits, mlm_sum, predicted_ids = self.mlm_head(states, targets, return_logits, return_metrics)
+            # local counts only where used: without the Trainer's counts per objective, and for the accuracies
+            counted = isinstance(num_items_in_batch, Mapping) and "labels" in num_items_in_batch
+            counted = counted and (sentence_order_label is None or "sentence_order_label" in num_items_in_batch)
+            n_tokens = None if counted and not return_metrics else labels.ne(-100).sum()
             mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", n_tokens, n_tokens)
-            mlm_accuracy = (prediction_logits.argmax(-1) == targets).sum() / n_tokens  # none: NaN, which logs skip
+            if return_metrics:
+                mlm_accuracy = (predicted_ids == targets).sum() / n_tokens  # none: NaN, logs skip it
             loss = mlm_loss
             if sentence_order_label is not None:
-                n_seq = torch.full((), sentence_order_label.numel(), device=labels.device)
+                n_seq = None if counted else torch.full((), sentence_order_label.numel(), device=labels.device)
                 sop_sum = F.cross_entropy(sop_logits.float(), sentence_order_label.view(-1), reduction="sum")
                 sop_loss = sop_sum / _denominator(num_items_in_batch, "sentence_order_label", n_seq, n_tokens)
-                sop_accuracy = (
-                    sop_logits.argmax(-1) == sentence_order_label.view(-1)
-                ).sum() / sentence_order_label.view(-1).ne(-100).sum()
+                if return_metrics:
+                    sop_accuracy = (
+                        sop_logits.argmax(-1) == sentence_order_label.view(-1)
+                    ).sum() / sentence_order_label.view(-1).ne(-100).sum()
                 loss = loss + sop_loss
 
         return BertologyAlbertForPreTrainingOutput(

@@ -25,6 +25,7 @@ from transformers.modeling_outputs import ModelOutput
 from transformers.models.bert.modeling_bert import BertPreTrainingHeads
 
 from .configuration_bert import BertologyBertConfig
+from .fused_cross_entropy import sparse_mlm_loss
 
 # Attention implementations that keep a padding-free batch's examples apart (they read `cu_seq_lens_q`).
 PACKED_IMPLEMENTATIONS = ("sdpa_packed", "flash_attention_2", "flash_attention_3", "flash_attention_4")
@@ -34,8 +35,8 @@ PACKED_IMPLEMENTATIONS = ("sdpa_packed", "flash_attention_2", "flash_attention_3
 class BertologyBertForPreTrainingOutput(ModelOutput):
     """
     loss: `mlm_loss + nsp_loss`.
-    prediction_logits: `(num_masked, vocab_size)` at the labelled positions when `labels` are given (sparse),
-        else `(batch, seq_len, vocab_size)`.
+    prediction_logits: `(num_masked, vocab_size)` at the labelled positions when `labels` are given (sparse;
+        None where the MLM loss is fused, see `return_logits`), else `(batch, seq_len, vocab_size)`.
     seq_relationship_logits: `(batch, 2)`; class 0 = B follows A, 1 = B is random.
     """
 
@@ -93,6 +94,13 @@ class BertologyBertForPreTraining(BertPreTrainedModel):
         self.cls.predictions.decoder = new_embeddings
         self.cls.predictions.bias = new_embeddings.bias
 
+    def mlm_head(self, states, targets, return_logits: bool | None = None, with_argmax: bool = True):
+        """`(logits or None, summed cross-entropy, predicted ids or None)` of the MLM head at the `(M, H)` states of
+        the targets: transform, then the output layer fused with the loss where it saves memory
+        (`fused_cross_entropy.sparse_mlm_loss`)."""
+        head = self.cls.predictions
+        return sparse_mlm_loss(head.transform(states), head.decoder, targets, return_logits, with_argmax)
+
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -104,6 +112,8 @@ class BertologyBertForPreTraining(BertPreTrainedModel):
         next_sentence_label: torch.Tensor | None = None,
         target_positions: torch.Tensor | None = None,
         num_items_in_batch: Mapping | torch.Tensor | int | None = None,
+        return_metrics: bool = True,
+        return_logits: bool | None = None,
         **kwargs,
     ) -> BertologyBertForPreTrainingOutput:
         r"""
@@ -113,6 +123,12 @@ class BertologyBertForPreTraining(BertPreTrainedModel):
             computed on the host by our collators: the sparse head then gathers them with no host sync.
         cu_seq_lens_q (in `kwargs`): a padding-free batch (`hf_bertology.collators.flatten`): one `(1, T)` row
             whose examples start at `cu_seq_lens_q[:-1]`; NSP reads each example's first token.
+        return_metrics: also compute the accuracies. `BertologyTrainer` passes `False` at training steps it does not
+            log (they change no gradient; on a GPU each operation is a kernel launch).
+        return_logits: with `labels`, True always returns `prediction_logits`; None (default) returns them unless
+            the MLM loss is fused, which it is in training where the logits would exceed one chunk
+            (`fused_cross_entropy.sparse_mlm_loss`: no `(M, V)` logits in memory); False fuses wherever there is a
+            gradient. Without `labels` the logits are always returned.
         """
         # Copy source: packed_backbone
         packed = kwargs.get("cu_seq_lens_q") is not None
@@ -141,23 +157,29 @@ class BertologyBertForPreTraining(BertPreTrainedModel):
         if labels is None:
             prediction_logits = self.cls.predictions(sequence_output)  # (B, T, V)
         else:
-            predicted = labels.ne(-100)  # (B, T)
-            at = predicted.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
+            at = (
+                labels.flatten().ne(-100).nonzero().squeeze(1) if target_positions is None else target_positions
+            )  # (M,)
             targets = labels.flatten().index_select(0, at)
             states = sequence_output.flatten(0, 1).index_select(0, at)  # (M, H): the labelled tokens
-            prediction_logits = self.cls.predictions(states)  # (M, V): sparse prediction
-            n_tokens = predicted.sum()
-            mlm_sum = F.cross_entropy(prediction_logits.float(), targets, reduction="sum")
+            # (M, V) logits (sparse prediction), or None where the loss is fused (`mlm_head`)
+            prediction_logits, mlm_sum, predicted_ids = self.mlm_head(states, targets, return_logits, return_metrics)
+            # local counts only where used: without the Trainer's counts per objective, and for the accuracies
+            counted = isinstance(num_items_in_batch, Mapping) and "labels" in num_items_in_batch
+            counted = counted and (next_sentence_label is None or "next_sentence_label" in num_items_in_batch)
+            n_tokens = None if counted and not return_metrics else labels.ne(-100).sum()
             mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", n_tokens, n_tokens)
-            mlm_accuracy = (prediction_logits.argmax(-1) == targets).sum() / n_tokens  # none: NaN, which logs skip
+            if return_metrics:
+                mlm_accuracy = (predicted_ids == targets).sum() / n_tokens  # none: NaN, logs skip it
             loss = mlm_loss
             if next_sentence_label is not None:
-                n_seq = torch.full((), next_sentence_label.numel(), device=labels.device)
+                n_seq = None if counted else torch.full((), next_sentence_label.numel(), device=labels.device)
                 nsp_sum = F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1), reduction="sum")
                 nsp_loss = nsp_sum / _denominator(num_items_in_batch, "next_sentence_label", n_seq, n_tokens)
-                nsp_accuracy = (
-                    nsp_logits.argmax(-1) == next_sentence_label.view(-1)
-                ).sum() / next_sentence_label.view(-1).ne(-100).sum()
+                if return_metrics:
+                    nsp_accuracy = (
+                        nsp_logits.argmax(-1) == next_sentence_label.view(-1)
+                    ).sum() / next_sentence_label.view(-1).ne(-100).sum()
                 loss = loss + nsp_loss
 
         return BertologyBertForPreTrainingOutput(

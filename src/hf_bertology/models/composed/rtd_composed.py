@@ -32,10 +32,13 @@ def keyed_uniform(keys: torch.Tensor, size: int) -> torch.Tensor:
     def shift(x: torch.Tensor, bits: int) -> torch.Tensor:  # logical right shift of int64 (`>>` keeps the sign)
         return (x >> bits) & ((1 << (64 - bits)) - 1)
 
-    x = keys[:, None] + torch.arange(1, size + 1, device=keys.device) * golden  # (M, size), wrapping int64
+    counters = torch.arange(1, size + 1, device=keys.device)
+    x = torch.add(keys[:, None], counters, alpha=golden)  # (M, size): key + v * golden, wrapping int64
     x = (x ^ shift(x, 30)) * mix1
     x = (x ^ shift(x, 27)) * mix2
-    return shift(x ^ shift(x, 31), 40).float() * 2.0**-24
+    # SplitMix64's last step, x ^ (x >>> 31), leaves bits 40-63 as they are, and only those are kept: skipped.
+    # int64 times a float is float32 (24-bit integers: exact), in one operation.
+    return shift(x, 40) * 2.0**-24
 
 
 # Copied from hf_bertology.models.electra.modeling_electra.gumbel_sample
@@ -48,13 +51,15 @@ def gumbel_sample(logits: torch.Tensor, temperature: float = 1.0, keys: torch.Te
     if keys is None:
         noise = torch.rand(logits.shape, device=logits.device, dtype=torch.float32)
     elif len(keys):  # in blocks of rows: the int64 hash of a whole (M, vocab) block would take 2x the noise's memory
-        noise = torch.cat([keyed_uniform(block, logits.shape[-1]) for block in keys.split(1024)])
+        blocks = [keyed_uniform(block, logits.shape[-1]) for block in keys.split(1024)]
+        noise = blocks[0] if len(blocks) == 1 else torch.cat(blocks)  # one block: no copy
     else:
         noise = torch.zeros(logits.shape, device=logits.device, dtype=torch.float32)
-    noise.add_(1e-9).log_().neg_().add_(1e-9).log_().neg_()  # Gumbel(0, 1) = -log(-log(U))
+    noise.add_(1e-9).log_().neg_().add_(1e-9).log_()  # log(-log(U)) = -Gumbel(0, 1)
     if temperature != 1.0:
         noise.mul_(temperature)
-    return noise.add_(logits.detach().float()).argmax(-1)
+    # argmax(logits + T g) as argmin(-T g - logits): the same values exactly negated, one operation fewer
+    return noise.sub_(logits.detach().float()).argmin(-1)
 
 
 def generator_config(config):

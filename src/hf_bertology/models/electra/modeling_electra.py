@@ -132,10 +132,13 @@ def keyed_uniform(keys: torch.Tensor, size: int) -> torch.Tensor:
     def shift(x: torch.Tensor, bits: int) -> torch.Tensor:  # logical right shift of int64 (`>>` keeps the sign)
         return (x >> bits) & ((1 << (64 - bits)) - 1)
 
-    x = keys[:, None] + torch.arange(1, size + 1, device=keys.device) * golden  # (M, size), wrapping int64
+    counters = torch.arange(1, size + 1, device=keys.device)
+    x = torch.add(keys[:, None], counters, alpha=golden)  # (M, size): key + v * golden, wrapping int64
     x = (x ^ shift(x, 30)) * mix1
     x = (x ^ shift(x, 27)) * mix2
-    return shift(x ^ shift(x, 31), 40).float() * 2.0**-24
+    # SplitMix64's last step, x ^ (x >>> 31), leaves bits 40-63 as they are, and only those are kept: skipped.
+    # int64 times a float is float32 (24-bit integers: exact), in one operation.
+    return shift(x, 40) * 2.0**-24
 
 
 def gumbel_sample(logits: torch.Tensor, temperature: float = 1.0, keys: torch.Tensor | None = None) -> torch.Tensor:
@@ -147,13 +150,15 @@ def gumbel_sample(logits: torch.Tensor, temperature: float = 1.0, keys: torch.Te
     if keys is None:
         noise = torch.rand(logits.shape, device=logits.device, dtype=torch.float32)
     elif len(keys):  # in blocks of rows: the int64 hash of a whole (M, vocab) block would take 2x the noise's memory
-        noise = torch.cat([keyed_uniform(block, logits.shape[-1]) for block in keys.split(1024)])
+        blocks = [keyed_uniform(block, logits.shape[-1]) for block in keys.split(1024)]
+        noise = blocks[0] if len(blocks) == 1 else torch.cat(blocks)  # one block: no copy
     else:
         noise = torch.zeros(logits.shape, device=logits.device, dtype=torch.float32)
-    noise.add_(1e-9).log_().neg_().add_(1e-9).log_().neg_()  # Gumbel(0, 1) = -log(-log(U))
+    noise.add_(1e-9).log_().neg_().add_(1e-9).log_()  # log(-log(U)) = -Gumbel(0, 1)
     if temperature != 1.0:
         noise.mul_(temperature)
-    return noise.add_(logits.detach().float()).argmax(-1)
+    # argmax(logits + T g) as argmin(-T g - logits): the same values exactly negated, one operation fewer
+    return noise.sub_(logits.detach().float()).argmin(-1)
 
 
 def binary_auc(scores: torch.Tensor, labels: torch.Tensor, real: torch.Tensor | None = None) -> torch.Tensor:
@@ -252,7 +257,7 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
                 param.requires_grad_(False)
         self.training_stage = "discriminator"
 
-    # -- the step ----------------------------------------------------------------------------------------------
+    # -- the step, in the paper's parts (§2) -------------------------------------------------------------------
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -263,6 +268,7 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
         target_positions: torch.Tensor | None = None,
         sample_keys: torch.Tensor | None = None,
         num_items_in_batch: Mapping | torch.Tensor | int | None = None,
+        return_metrics: bool = True,
         **kwargs,
     ) -> BertologyElectraForPreTrainingOutput:
         r"""
@@ -273,27 +279,18 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
             computed on the host by our collators: the generator's head then gathers them with no host sync.
         sample_keys (`(batch, seq_len)` int64): the collator's per-token keys of the sampling noise
             (`keyed_uniform`); without them the noise comes from torch's random state.
+        return_metrics: also compute the accuracies and `disc_*` diagnostics (`diagnostics`). `BertologyTrainer`
+            passes `False` at training steps it does not log: about 50 operations per step that change no gradient.
         cu_seq_lens_q (in `kwargs`): a padding-free batch (`hf_bertology.collators.flatten`); the generator and the
             discriminator both run on the flat row.
         """
         # the real tokens (RTD's weights), read before a packed batch drops the mask: a fixed-shape batch
         # (`collators.fixed_shape`) has filler slots that are not real
         real_mask = attention_mask
-        if kwargs.get("cu_seq_lens_q") is not None:
-            if self.config._attn_implementation not in PACKED_IMPLEMENTATIONS:
-                raise ValueError(f"a padding-free batch needs attn_implementation in {PACKED_IMPLEMENTATIONS}")
-            attention_mask = None  # the boundaries keep examples apart
+        encoder_inputs = self.encoder_inputs(attention_mask, token_type_ids, position_ids, **kwargs)
         if labels is None:
-            outputs = self.electra(
-                input_ids,
-                attention_mask=attention_mask,
-                token_type_ids=token_type_ids,
-                position_ids=position_ids,
-                **kwargs,
-            )
-            return BertologyElectraForPreTrainingOutput(
-                rtd_logits=self.discriminator_predictions(outputs.last_hidden_state)
-            )
+            hidden = self.discriminate(input_ids, **encoder_inputs).last_hidden_state
+            return BertologyElectraForPreTrainingOutput(rtd_logits=self.discriminator_predictions(hidden))
         config = self.config
         # Copy source: chosen
         chosen = labels.ne(-100)  # (B, T)
@@ -305,28 +302,18 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
         n_real = real.sum()
         # End copy source: chosen
 
-        # -- generator: masked LM on the chosen positions only ---------------------------------------------------
+        # 1. the generator predicts the original token at every chosen position (masked LM)
         frozen_generator = self.training_stage == "discriminator"
-        with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen_generator):
-            gen_hidden = self.generator.electra(
-                input_ids,
-                attention_mask=attention_mask,
-                token_type_ids=token_type_ids,
-                position_ids=position_ids,
-                **kwargs,
-            ).last_hidden_state
-            gen_hidden = gen_hidden.flatten(0, 1).index_select(0, at)  # (M, H_G): the chosen tokens
-            gen_hidden = self.generator.generator_predictions(gen_hidden)  # (M, E)
-            prediction_logits = self.generator.generator_lm_head(gen_hidden)  # (M, V)
+        prediction_logits = self.generate_logits(input_ids, at, frozen_generator, **encoder_inputs)  # (M, V)
         mlm_sum = F.cross_entropy(prediction_logits.float(), targets, reduction="sum")
         mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", n_chosen, n_chosen)
-        mlm_accuracy = (prediction_logits.argmax(-1) == targets).sum() / n_chosen
         if self.training_stage == "generator":
+            mlm_accuracy = (prediction_logits.argmax(-1) == targets).sum() / n_chosen if return_metrics else None
             return BertologyElectraForPreTrainingOutput(
                 loss=mlm_loss, mlm_loss=mlm_loss, mlm_accuracy=mlm_accuracy, prediction_logits=prediction_logits
             )
 
-        # -- fake data (`_get_fake_data`): unmask, then sample every chosen position ------------------------------
+        # 2. corrupt (`_get_fake_data`): unmask, then replace every chosen token with a sample from the generator
         # Copy source: fake_data
         with torch.no_grad():
             sample_logits = prediction_logits.detach().float()
@@ -339,14 +326,8 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
             rtd_labels = (replaced_input_ids != original_ids) & real  # (B, T)
         # End copy source: fake_data
 
-        # -- discriminator: replaced-token detection over every non-pad token -----------------------------------
-        disc_outputs = self.electra(
-            replaced_input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            **kwargs,
-        )
+        # 3. the discriminator tells every real token of the corrupted sequence: original or replaced
+        disc_outputs = self.discriminate(replaced_input_ids, **encoder_inputs)
         rtd_logits = self.discriminator_predictions(disc_outputs.last_hidden_state)  # (B, T)
         # Copy source: rtd_loss
         # over the real tokens by weighting, not selecting: every shape stays the batch's (no host sync)
@@ -355,30 +336,64 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
         )
         rtd_loss = rtd_sum / _denominator(num_items_in_batch, "attention_mask", n_real, n_chosen)
         # End copy source: rtd_loss
-        with torch.no_grad():
-            predicted, replaced = (rtd_logits > 0) & real, rtd_labels
-            true_positives = (predicted & replaced).sum()
-            disc_precision = true_positives / predicted.sum()  # 0 / 0 = NaN: undefined, not 0
-            disc_recall = true_positives / replaced.sum()
-        loss = config.discriminator_weight * rtd_loss
-        if not frozen_generator:
-            loss = loss + config.generator_weight * mlm_loss
 
+        # 4. the combined loss (the generator's term left out while it is frozen)
+        loss = config.discriminator_weight * rtd_loss
+        if not frozen_generator:  # (a weight of 1, the paper's, multiplies nothing: one operation fewer)
+            loss = loss + (mlm_loss if config.generator_weight == 1.0 else config.generator_weight * mlm_loss)
+        metrics = (
+            self.diagnostics(prediction_logits, targets, sampled, rtd_logits, rtd_labels, real)
+            if return_metrics
+            else {}
+        )
         return BertologyElectraForPreTrainingOutput(
             loss=loss,
             mlm_loss=mlm_loss,
             rtd_loss=rtd_loss,
-            mlm_accuracy=mlm_accuracy,
-            rtd_accuracy=((predicted == replaced) & real).sum() / n_real,
-            replaced_fraction=replaced.sum() / n_real,
-            disc_auc=binary_auc(rtd_logits, rtd_labels, real),
-            disc_precision=disc_precision,
-            disc_recall=disc_recall,
-            sampled_accuracy=(sampled == targets).float().mean(),
             prediction_logits=prediction_logits,
             rtd_logits=rtd_logits,
             replaced_input_ids=replaced_input_ids,
             rtd_labels=rtd_labels.long(),
             hidden_states=disc_outputs.hidden_states,
             attentions=disc_outputs.attentions,
+            **metrics,
         )
+
+    def encoder_inputs(self, attention_mask, token_type_ids, position_ids, **kwargs) -> dict:
+        """What both encoders take besides the ids; a padding-free batch (`cu_seq_lens_q`) drops the mask: the
+        boundaries keep examples apart."""
+        if kwargs.get("cu_seq_lens_q") is not None:
+            if self.config._attn_implementation not in PACKED_IMPLEMENTATIONS:
+                raise ValueError(f"a padding-free batch needs attn_implementation in {PACKED_IMPLEMENTATIONS}")
+            attention_mask = None
+        return dict(attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids, **kwargs)
+
+    def generate_logits(self, input_ids, at, frozen: bool = False, **encoder_inputs) -> torch.Tensor:
+        """The generator's `(M, V)` logits at the chosen flat positions `at` only (sparse, as the official
+        `_get_masked_lm_output` gathers `masked_lm_positions`); no gradient while the generator is frozen."""
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen):
+            gen_hidden = self.generator.electra(input_ids, **encoder_inputs).last_hidden_state
+            gen_hidden = gen_hidden.flatten(0, 1).index_select(0, at)  # (M, H_G): the chosen tokens
+            gen_hidden = self.generator.generator_predictions(gen_hidden)  # (M, E)
+            return self.generator.generator_lm_head(gen_hidden)  # (M, V)
+
+    def discriminate(self, input_ids, **encoder_inputs) -> ModelOutput:
+        """The discriminator's encoder on `input_ids` (its head, `discriminator_predictions`, gives the logits), as
+        DeBERTa-v3's and the composed models' `discriminate`."""
+        return self.electra(input_ids, **encoder_inputs)
+
+    @torch.no_grad()
+    def diagnostics(self, prediction_logits, targets, sampled, rtd_logits, rtd_labels, real) -> dict:
+        """Accuracies and the official `metric_fn`'s `disc_*` over the real tokens (no gradient, no host sync)."""
+        n_chosen, n_real = targets.ne(-100).sum(), real.sum()
+        predicted, replaced = (rtd_logits > 0) & real, rtd_labels
+        true_positives = (predicted & replaced).sum()
+        return {
+            "mlm_accuracy": (prediction_logits.argmax(-1) == targets).sum() / n_chosen,
+            "rtd_accuracy": ((predicted == replaced) & real).sum() / n_real,
+            "replaced_fraction": replaced.sum() / n_real,
+            "disc_auc": binary_auc(rtd_logits, rtd_labels, real),
+            "disc_precision": true_positives / predicted.sum(),  # 0 / 0 = NaN: undefined, not 0
+            "disc_recall": true_positives / replaced.sum(),
+            "sampled_accuracy": (sampled == targets).float().mean(),
+        }
