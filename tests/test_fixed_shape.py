@@ -98,6 +98,26 @@ def test_fixed_shape_equals_padded(setups, variant):
         torch.testing.assert_close(grads_fixed[name], grad, rtol=1e-5, atol=1e-5, msg=f"{variant} {name}")
 
 
+def test_electra_sampled_accuracy_counts_real_targets_only(setups, monkeypatch):
+    """ELECTRA's `sampled_accuracy` over a fixed-shape batch's padded targets equals the padded layout's. The
+    equality above cannot see it when no sample hits its target (likely at tiny sizes), so every sample here is the
+    batch's most common target: a known non-zero share."""
+    from hf_bertology.models.electra import modeling_electra
+
+    recipe = setups["electra"][0]
+    padded, fixed = next(_first_steps(setups["electra"], 1))
+    targets = padded["labels"][padded["labels"] != -100]
+    common = targets.mode().values
+    monkeypatch.setattr(
+        modeling_electra, "gumbel_sample", lambda logits, *_: torch.full_like(logits[:, 0], common).long()
+    )
+    model = set_attention(recipe.build_model(), PACKED_ATTENTION).train()
+    want = (targets == common).float().mean()
+    assert fixed["target_positions"].numel() > targets.numel() and want > 0
+    for batch in (padded, fixed):
+        assert _step(model, batch, _counts(batch))[0].sampled_accuracy == pytest.approx(float(want), abs=1e-6)
+
+
 @pytest.mark.parametrize("variant", ["bert", "electra", "spanbert"])
 def test_filler_values_change_nothing(setups, variant):
     """Random ids, token types and positions in the filler slots: the same loss and gradients."""

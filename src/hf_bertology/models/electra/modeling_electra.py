@@ -395,5 +395,5 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
             "disc_auc": binary_auc(rtd_logits, rtd_labels, real),
             "disc_precision": true_positives / predicted.sum(),  # 0 / 0 = NaN: undefined, not 0
             "disc_recall": true_positives / replaced.sum(),
-            "sampled_accuracy": (sampled == targets).float().mean(),
+            "sampled_accuracy": (sampled == targets).sum() / n_chosen,  # a fixed-shape batch pads the targets
         }
