@@ -1,6 +1,7 @@
 """Span masking over whole words: SpanBERT's geometric spans and ALBERT's n-grams.
 
-Two official procedures, one vectorised loop (one span per row per round, the whole batch at once):
+Two official procedures, vectorised over the batch and over many anchors per row at once (each round solves the
+official one-anchor-at-a-time rule as a fixed point, so the masks are exactly the sequential loop's):
 
 - `scheme="spanbert"` follows facebookresearch/SpanBERT `pretraining/fairseq/data/masking.py:
   PairWithSpanMaskingScheme.mask` and `span_masking`: budget `ceil(rate * maskable tokens)`; repeat: draw a length
@@ -43,8 +44,8 @@ from .base import (
 
 SCHEMES = ("spanbert", "albert")
 DISTRIBUTIONS = ("geometric", "ngram")
-# Spans tried per row per vectorised round; later spans of a round are checked against earlier ones in order.
-ANCHORS_PER_ROUND = 6
+# Spans tried per row per vectorised round, beyond the budget left divided by the mean span length in words.
+MIN_ANCHORS_PER_ROUND = 8
 # Streams of `Draws`. A span's length is drawn for its anchor position (each position is an anchor at most once), so
 # a row's spans do not depend on how many anchors a round tries or on the other rows.
 ANCHOR_ORDER, TREATMENT, REPLACEMENT, SPAN_LENGTH = 1, 2, 3, 4
@@ -149,6 +150,7 @@ class DataCollatorForSpanMasking(ExampleSeeded):
         )
         self._length_cdf = self.length_probs.cumsum(0).float()
         self._length_cdf[-1] = 1.0  # guard against rounding: every uniform draw maps to a length
+        self._mean_words = float((self.length_probs * torch.arange(self.span_lower, self.span_upper + 1)).sum())
         self._random = RandomSource(self.seed)
         self._special = special_ids(self.tokenizer)
         self._is_special = id_table(self.tokenizer, self._special)
@@ -281,27 +283,50 @@ class DataCollatorForSpanMasking(ExampleSeeded):
         spans_tensor = (torch.cat(spans) if spans else torch.zeros(0, 4, dtype=torch.long)) if return_spans else None
         return masked_out, spans_tensor
 
+    def _anchors_per_round(self, remaining: torch.Tensor, length: int) -> int:
+        """Anchors to try per row this round: enough for the largest budget left in most rows (a span adds about
+        `mean_span_length` words), so that most rows finish in one round; rows that need more get another."""
+        return min(length, int(int(remaining.max()) / self._mean_words) + MIN_ANCHORS_PER_ROUND)
+
     def _spanbert_step(self, state, positions, spans) -> torch.Tensor:
-        """Place up to `ANCHORS_PER_ROUND` SpanBERT spans in every row that still has budget, exactly as the
-        official loop would one after the other; returns the rows that can go on."""
+        """Place the next spans of every row that still has budget, exactly as the official loop would one after
+        the other; returns the rows that can go on.
+
+        The round's K anchors are taken at once: anchor j is rejected when it lies in an accepted earlier span of
+        the round. That is a lower-triangular system (j depends only on i < j) with one solution, found by
+        iterating to a fixed point (a few passes over `(B, K, K)`). Each token then goes to the first accepted span
+        covering it (a scatter of the spans' own tokens, not a `(B, K, L)` cover), and spans are added in order
+        until the budget is met.
+        """
         scores, masked, remaining = state["scores"], state["masked"], state["remaining"]
         batch, length = masked.shape
-        k = min(ANCHORS_PER_ROUND, length)
+        k = self._anchors_per_round(remaining, length)
         best, anchor = scores.topk(k, 1, largest=False)  # (B, K): the next unmasked tokens in the random order
         n = self.sample_lengths(Draws(state["keys"]), anchor)  # (B, K)
         word = state["word_id"].gather(1, anchor)
         start = state["word_start_pos"].gather(1, word)
         stop = state["segment_end"].gather(1, start)  # a span ends at the next special token or padding
         end = torch.minimum(state["word_start_pos"].gather(1, (word + n).clamp(max=length)), stop)
-        # An anchor inside an earlier span of this round is rejected, as the official loop rejects masked anchors.
-        accepted = (best < 2.0) & (remaining > 0)[:, None]
-        for j in range(1, k):
-            inside = (start[:, :j] <= anchor[:, j : j + 1]) & (anchor[:, j : j + 1] < end[:, :j])
-            accepted[:, j] &= ~(accepted[:, :j] & inside).any(1)
-        cover = (positions >= start[..., None]) & (positions < end[..., None]) & accepted[..., None]  # (B, K, L)
-        cover &= ~masked[:, None, :]
-        # The span that adds each new token (k: none). A `where` + `amin` over K is ~10x faster than `argmax`.
-        first = torch.where(cover, torch.arange(k, dtype=torch.uint8)[:, None], k).amin(1).long()  # (B, L)
+        valid = (best < 2.0) & (remaining > 0)[:, None]
+        # inside[b, j, i]: anchor j lies in span i < j (the official loop rejects an anchor already masked).
+        earlier = torch.ones(k, k, dtype=torch.bool).tril(-1)
+        inside = (start[:, None, :] <= anchor[..., None]) & (anchor[..., None] < end[:, None, :]) & earlier
+        inside &= valid[:, None, :]
+        accepted = valid
+        for _ in range(k):
+            update = valid & ~(inside & accepted[:, None, :]).any(2)
+            if torch.equal(update, accepted):
+                break
+            accepted = update
+        # The accepted spans' tokens as flat (row, position) slots, each tagged with its span index.
+        size = (end - start) * accepted  # (B, K)
+        counts = size.flatten()
+        slot = torch.repeat_interleave(torch.arange(batch * k), counts)  # (N,) the span (row-major) of each entry
+        offset = torch.arange(len(slot)) - torch.repeat_interleave(counts.cumsum(0) - counts, counts)
+        flat = (slot // k) * length + start.flatten()[slot] + offset
+        first = torch.full((batch * length,), k, dtype=torch.long)
+        first.scatter_reduce_(0, flat, slot % k, "amin")  # the first span covering each token (k: none)
+        first = first.view(batch, length).masked_fill_(masked, k)  # tokens masked earlier are not new
         covered = first < k
         new_per_span = torch.zeros(batch, k + 1, dtype=torch.long).scatter_add_(1, first, torch.ones_like(first))
         total = new_per_span[:, :k].cumsum(1)  # (B, K)
@@ -322,13 +347,18 @@ class DataCollatorForSpanMasking(ExampleSeeded):
         return (remaining > 0) & (best[:, -1] < 2.0)
 
     def _albert_step(self, state, positions, spans) -> torch.Tensor:
-        """Try the next `ANCHORS_PER_ROUND` word starts of every row that still has budget, one after the other as
-        the official loop does; returns the rows that can go on."""
+        """Try the next word starts of every row that still has budget, with the outcome of the official loop
+        trying them one after the other; returns the rows that can go on.
+
+        Whether n-gram j is taken, and how far it reaches, depends on the n-grams taken before it (overlap, budget
+        left): a lower-triangular system with one solution, found by iterating to a fixed point over the round's
+        K anchors at once (`(B, K, K)` and `(B, K, U)` passes).
+        """
         scores, masked, remaining = state["scores"], state["masked"], state["remaining"]
         batch, length = masked.shape
-        k = min(ANCHORS_PER_ROUND, length)
         # Anchors that could only be skipped: covered word starts and first words longer than the budget left.
         scores.masked_fill_(masked | (state["word_len"] > remaining[:, None]), 2.0)
+        k = self._anchors_per_round(remaining, length)
         best, anchor = scores.topk(k, 1, largest=False)
         scores.scatter_(1, anchor, 2.0)  # each word start is tried once
         n = self.sample_lengths(Draws(state["keys"]), anchor)  # (B, K)
@@ -339,22 +369,44 @@ class DataCollatorForSpanMasking(ExampleSeeded):
         # ends[b, j, m-1]: end of the m-gram from anchor j (cut at the next special token).
         ends = state["word_start_pos"].gather(1, (word[..., None] + offsets).clamp(max=length).view(batch, -1))
         ends = torch.minimum(ends.view(batch, k, -1), stop[..., None])  # (B, K, U)
+        sizes = ends - start[..., None]  # (B, K, U) tokens of each m-gram
+        wanted = offsets <= n[..., None]  # (B, K, U)
         masked_before = torch.nn.functional.pad(masked.long().cumsum(1), (1, 0))  # (B, L + 1) prefix counts
-        accepted = torch.zeros(batch, k, dtype=torch.bool)
-        end = start.clone()
-        for j in range(k):
-            s = start[:, j]
+        valid = best < 2.0
+        earlier = torch.ones(k, k, dtype=torch.bool).tril(-1)
+        # First guess, ignoring the budget: every anchor with the n-gram it drew, unless it meets an earlier one
+        # (a fixed point over a `(B, K, K)` overlap table computed once).
+        full = ends.gather(2, (n - 1)[..., None]).squeeze(2)
+        base = valid & (masked_before.gather(1, full) == masked_before.gather(1, start))
+        meets = (start[:, None, :] < full[..., None]) & (start[..., None] < full[:, None, :]) & earlier
+        meets &= base[:, None, :]
+        accepted = base
+        for _ in range(k):
+            update = base & ~(meets & accepted[:, None, :]).any(2)
+            if torch.equal(update, accepted):
+                break
+            accepted = update
+        end = torch.where(accepted, full, start)
+        # Then the budget: the exact system, from that guess.
+        for _ in range(k + 1):
+            size = (end - start) * accepted
+            left = remaining[:, None] - (size.cumsum(1) - size)  # (B, K) budget left when anchor j is tried
             # The longest m <= n that fits the budget (the official "try shorter n-grams"), else skip.
-            fits = (offsets <= n[:, j : j + 1]) & (ends[:, j] - s[:, None] <= remaining[:, None])  # (B, U), a prefix
-            e = ends[:, j].gather(1, (fits.sum(1, keepdim=True) - 1).clamp(min=0)).squeeze(1)
-            ok = (best[:, j] < 2.0) & fits[:, 0]
-            ok &= masked_before.gather(1, e[:, None]).squeeze(1) == masked_before.gather(1, s[:, None]).squeeze(1)
-            ok &= ~(accepted[:, :j] & (start[:, :j] < e[:, None]) & (s[:, None] < end[:, :j])).any(1)  # no overlap
-            accepted[:, j] = ok
-            end[:, j] = torch.where(ok, e, s)
-            remaining -= end[:, j] - s
-        cover = (positions >= start[..., None]) & (positions < end[..., None])  # (B, K, L)
-        masked |= cover.any(1)
+            fits = wanted & (sizes <= left[..., None])  # (B, K, U), a prefix
+            e = ends.gather(2, (fits.sum(2, keepdim=True) - 1).clamp(min=0)).squeeze(2)
+            ok = valid & fits[..., 0] & (masked_before.gather(1, e) == masked_before.gather(1, start))
+            overlap = (start[:, None, :] < e[..., None]) & (start[..., None] < end[:, None, :]) & earlier
+            ok &= ~(overlap & accepted[:, None, :]).any(2)
+            e = torch.where(ok, e, start)
+            if torch.equal(ok, accepted) and torch.equal(e, end):
+                break
+            accepted, end = ok, e
+        size = end - start
+        remaining -= size.sum(1)
+        # The accepted n-grams never overlap: mark them with +1 at each start and -1 at each end, then a cumsum.
+        edges = torch.zeros(batch, length + 1, dtype=torch.long)
+        edges.scatter_add_(1, start, accepted.long()).scatter_add_(1, end, -accepted.long())
+        masked |= edges[:, :length].cumsum(1) > 0
         if spans is not None:
             rows, slots = accepted.nonzero(as_tuple=True)
             spans.append(torch.stack([state["rows"][rows], start[rows, slots], end[rows, slots], n[rows, slots]], 1))
