@@ -46,6 +46,8 @@ SCHEMES = ("spanbert", "albert")
 DISTRIBUTIONS = ("geometric", "ngram")
 # Spans tried per row per vectorised round, beyond the budget left divided by the mean span length in words.
 MIN_ANCHORS_PER_ROUND = 8
+# ALBERT: anchors tried one at a time per round once the budget starts to bind (after that, the next round).
+TAIL_ANCHORS = 6
 # Streams of `Draws`. A span's length is drawn for its anchor position (each position is an anchor at most once), so
 # a row's spans do not depend on how many anchors a round tries or on the other rows.
 ANCHOR_ORDER, TREATMENT, REPLACEMENT, SPAN_LENGTH = 1, 2, 3, 4
@@ -351,8 +353,10 @@ class DataCollatorForSpanMasking(ExampleSeeded):
         trying them one after the other; returns the rows that can go on.
 
         Whether n-gram j is taken, and how far it reaches, depends on the n-grams taken before it (overlap, budget
-        left): a lower-triangular system with one solution, found by iterating to a fixed point over the round's
-        K anchors at once (`(B, K, K)` and `(B, K, U)` passes).
+        left). Ignoring the budget, that is a lower-triangular system with one solution, found by iterating to a
+        fixed point over the round's K anchors at once (`(B, K, K)` passes); it is the official outcome up to the
+        first anchor whose drawn n-gram no longer fits the budget left. From that anchor on, `TAIL_ANCHORS` anchors
+        are tried one at a time (shorter n-grams, skips), and the round's later anchors wait for the next round.
         """
         scores, masked, remaining = state["scores"], state["masked"], state["remaining"]
         batch, length = masked.shape
@@ -360,7 +364,6 @@ class DataCollatorForSpanMasking(ExampleSeeded):
         scores.masked_fill_(masked | (state["word_len"] > remaining[:, None]), 2.0)
         k = self._anchors_per_round(remaining, length)
         best, anchor = scores.topk(k, 1, largest=False)
-        scores.scatter_(1, anchor, 2.0)  # each word start is tried once
         n = self.sample_lengths(Draws(state["keys"]), anchor)  # (B, K)
         word = state["word_id"].gather(1, anchor)
         start = state["word_start_pos"].gather(1, word)  # (B, K)
@@ -369,7 +372,6 @@ class DataCollatorForSpanMasking(ExampleSeeded):
         # ends[b, j, m-1]: end of the m-gram from anchor j (cut at the next special token).
         ends = state["word_start_pos"].gather(1, (word[..., None] + offsets).clamp(max=length).view(batch, -1))
         ends = torch.minimum(ends.view(batch, k, -1), stop[..., None])  # (B, K, U)
-        sizes = ends - start[..., None]  # (B, K, U) tokens of each m-gram
         wanted = offsets <= n[..., None]  # (B, K, U)
         masked_before = torch.nn.functional.pad(masked.long().cumsum(1), (1, 0))  # (B, L + 1) prefix counts
         valid = best < 2.0
@@ -386,31 +388,56 @@ class DataCollatorForSpanMasking(ExampleSeeded):
             if torch.equal(update, accepted):
                 break
             accepted = update
+        # That is the official outcome up to the first anchor whose n-gram the budget would shorten or skip (t).
+        size = (full - start) * accepted
+        left = remaining[:, None] - (size.cumsum(1) - size)  # (B, K) budget left when anchor j is tried
+        binding = valid & (full - start > left)
+        t = torch.where(binding.any(1), binding.byte().argmax(1), k)  # (B,)
+        column = torch.arange(k)
+        accepted &= column < t[:, None]
         end = torch.where(accepted, full, start)
-        # Then the budget: the exact system, from that guess.
-        for _ in range(k + 1):
-            size = (end - start) * accepted
-            left = remaining[:, None] - (size.cumsum(1) - size)  # (B, K) budget left when anchor j is tried
+        remaining -= (end - start).sum(1)
+        masked |= self._cover(start, end, accepted, length)
+        # From t on, a few anchors one at a time with the official rule; the round's later anchors wait for the next.
+        masked_before = torch.nn.functional.pad(masked.long().cumsum(1), (1, 0))
+        columns = t[:, None] + torch.arange(TAIL_ANCHORS)  # (B, T) the columns tried one at a time
+        tail = columns.clamp(max=k - 1)
+        tail_start, tail_valid = start.gather(1, tail), valid.gather(1, tail) & (columns < k)
+        tail_ends = ends.gather(1, tail[..., None].expand(-1, -1, ends.shape[2]))  # (B, T, U)
+        tail_wanted = wanted.gather(1, tail[..., None].expand(-1, -1, ends.shape[2]))
+        tail_end = torch.full_like(tail_start, -1)  # -1: not taken (overlaps nothing)
+        for c in range(TAIL_ANCHORS):
+            s = tail_start[:, c]
             # The longest m <= n that fits the budget (the official "try shorter n-grams"), else skip.
-            fits = wanted & (sizes <= left[..., None])  # (B, K, U), a prefix
-            e = ends.gather(2, (fits.sum(2, keepdim=True) - 1).clamp(min=0)).squeeze(2)
-            ok = valid & fits[..., 0] & (masked_before.gather(1, e) == masked_before.gather(1, start))
-            overlap = (start[:, None, :] < e[..., None]) & (start[..., None] < end[:, None, :]) & earlier
-            ok &= ~(overlap & accepted[:, None, :]).any(2)
-            e = torch.where(ok, e, start)
-            if torch.equal(ok, accepted) and torch.equal(e, end):
-                break
-            accepted, end = ok, e
-        size = end - start
-        remaining -= size.sum(1)
-        # The accepted n-grams never overlap: mark them with +1 at each start and -1 at each end, then a cumsum.
-        edges = torch.zeros(batch, length + 1, dtype=torch.long)
-        edges.scatter_add_(1, start, accepted.long()).scatter_add_(1, end, -accepted.long())
-        masked |= edges[:, :length].cumsum(1) > 0
+            fits = tail_wanted[:, c] & (tail_ends[:, c] - s[:, None] <= remaining[:, None])  # (B, U), a prefix
+            e = tail_ends[:, c].gather(1, (fits.sum(1, keepdim=True) - 1).clamp(min=0)).squeeze(1)
+            ok = tail_valid[:, c] & fits[:, 0]
+            ok &= masked_before.gather(1, e[:, None]).squeeze(1) == masked_before.gather(1, s[:, None]).squeeze(1)
+            ok &= ~((tail_start[:, :c] < e[:, None]) & (s[:, None] < tail_end[:, :c])).any(1)  # this round's tail
+            tail_end[:, c] = torch.where(ok, e, -1)
+            remaining -= torch.where(ok, e - s, 0)
+        taken = tail_end > tail_start
+        tail_end = torch.where(taken, tail_end, tail_start)
+        # Back into the round's columns (past the last column: into padding, cut off).
+        accepted = torch.nn.functional.pad(accepted, (0, TAIL_ANCHORS)).scatter_(1, columns, taken)[:, :k]
+        end = torch.nn.functional.pad(end, (0, TAIL_ANCHORS)).scatter_(1, columns, tail_end)[:, :k]
+        masked |= self._cover(tail_start, tail_end, None, length)
+        tried = column < (t + TAIL_ANCHORS)[:, None]
+        scores.scatter_(1, anchor, torch.where(tried, 2.0, best))  # each word start is tried once
         if spans is not None:
             rows, slots = accepted.nonzero(as_tuple=True)
             spans.append(torch.stack([state["rows"][rows], start[rows, slots], end[rows, slots], n[rows, slots]], 1))
-        return (remaining > 0) & (best[:, -1] < 2.0)
+        return (remaining > 0) & (scores < 2.0).any(1)
+
+    @staticmethod
+    def _cover(start: torch.Tensor, end: torch.Tensor, accepted: torch.Tensor | None, length: int) -> torch.Tensor:
+        """`(B, L)` bool: the tokens of the non-overlapping spans `[start, end)` (`(B, K)`; empty where
+        `accepted` is False): +1 at each start and -1 at each end, then a cumsum."""
+        weight = torch.ones_like(start) if accepted is None else accepted.long()
+        weight = weight * (end > start)
+        edges = torch.zeros(start.shape[0], length + 1, dtype=torch.long)
+        edges.scatter_add_(1, start, weight).scatter_add_(1, end, -weight)
+        return edges[:, :length].cumsum(1) > 0
 
     # -- merged spans: SBO targets and replacement --------------------------------------------------------------
     @staticmethod
