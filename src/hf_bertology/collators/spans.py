@@ -476,34 +476,43 @@ class DataCollatorForSpanMasking(ExampleSeeded):
         candidates: torch.Tensor,
         draws: Draws | None = None,
     ) -> torch.Tensor:
-        """[MASK] / random tokens / unchanged, decided per merged span or per token."""
+        """[MASK] / random tokens / unchanged, decided per merged span or per token (draws made at the masked
+        positions only)."""
         draws = self._draws_or_fresh(draws, len(input_ids))
-        draw = draws.uniform(TREATMENT, input_ids.shape[1])
-        if self.replacement_level == "span":
-            draw = draw.gather(1, run_start)  # every token of a span shares its first token's draw
-        to_mask = masked & (draw < self.mask_replace_prob)
-        to_random = (
-            masked & (draw >= self.mask_replace_prob) & (draw < self.mask_replace_prob + self.random_replace_prob)
-        )
-        corrupted = input_ids.masked_fill(to_mask, self.tokenizer.mask_token_id)
+        rows, columns = masked.nonzero(as_tuple=True)
+        # every token of a span shares its first token's draw
+        at = run_start[rows, columns] if self.replacement_level == "span" else columns
+        draw = draws.uniform_at(TREATMENT, rows, at)
+        to_mask = draw < self.mask_replace_prob
+        to_random = (draw >= self.mask_replace_prob) & (draw < self.mask_replace_prob + self.random_replace_prob)
+        corrupted = input_ids.clone()
+        corrupted[rows[to_mask], columns[to_mask]] = self.tokenizer.mask_token_id
         if bool(to_random.any()):
-            corrupted[to_random] = self.random_tokens(input_ids, candidates, draws)[to_random]
+            rows, columns = rows[to_random], columns[to_random]
+            corrupted[rows, columns] = self.random_tokens(input_ids, candidates, draws, rows, columns)
         return corrupted
 
-    def random_tokens(self, input_ids: torch.Tensor, candidates: torch.Tensor, draws: Draws) -> torch.Tensor:
-        """`(B, L)` a replacement id for every position: uniform non-special, or unigram (given frequencies, else
-        a uniform pick among the row's own real tokens)."""
-        uniform = draws.uniform(REPLACEMENT, input_ids.shape[1])  # (B, L)
+    def random_tokens(
+        self,
+        input_ids: torch.Tensor,
+        candidates: torch.Tensor,
+        draws: Draws,
+        rows: torch.Tensor,
+        columns: torch.Tensor,
+    ) -> torch.Tensor:
+        """`(N,)` replacement ids for the positions `(rows, columns)`: uniform non-special, or unigram (given
+        frequencies, else a uniform pick among the row's own real tokens)."""
+        uniform = draws.uniform_at(REPLACEMENT, rows, columns)  # (N,)
         uniform_pick = self._replacements[(uniform * len(self._replacements)).long()]
         if self.random_token_distribution == "uniform":
             return uniform_pick
         if self.token_frequencies is not None:
-            picks = torch.searchsorted(self._frequency_cdf, uniform.contiguous(), right=True)
+            picks = torch.searchsorted(self._frequency_cdf, uniform, right=True)
             return picks.clamp(max=len(self._frequency_cdf) - 1)
         # the row's candidates, in order, first: pick the k-th with k uniform below the row's count
-        count = candidates.sum(1, keepdim=True)  # (B, 1)
+        count = candidates.sum(1)[rows]  # (N,)
         pool = (~candidates).long().argsort(dim=1, stable=True)  # (B, L) candidate positions first
-        own = input_ids.gather(1, pool.gather(1, (uniform * count).long().clamp(max=input_ids.shape[1] - 1)))
+        own = input_ids[rows, pool[rows, (uniform * count).long().clamp(max=input_ids.shape[1] - 1)]]
         return torch.where(count > 0, own, uniform_pick)
 
 
