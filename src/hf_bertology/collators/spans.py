@@ -404,15 +404,19 @@ class DataCollatorForSpanMasking(ExampleSeeded):
         tail = columns.clamp(max=k - 1)
         tail_start, tail_valid = start.gather(1, tail), valid.gather(1, tail) & (columns < k)
         tail_ends = ends.gather(1, tail[..., None].expand(-1, -1, ends.shape[2]))  # (B, T, U)
+        tail_sizes = tail_ends - tail_start[..., None]  # tokens of each m-gram
         tail_wanted = wanted.gather(1, tail[..., None].expand(-1, -1, ends.shape[2]))
+        # which m-grams touch no masked token (the prefix's n-grams, earlier rounds): all at once, before the loop
+        tail_clear = masked_before.gather(1, tail_ends.view(batch, -1)).view_as(tail_ends)
+        tail_clear = tail_clear == masked_before.gather(1, tail_start)[..., None]  # (B, T, U)
         tail_end = torch.full_like(tail_start, -1)  # -1: not taken (overlaps nothing)
         for c in range(TAIL_ANCHORS):
             s = tail_start[:, c]
             # The longest m <= n that fits the budget (the official "try shorter n-grams"), else skip.
-            fits = tail_wanted[:, c] & (tail_ends[:, c] - s[:, None] <= remaining[:, None])  # (B, U), a prefix
-            e = tail_ends[:, c].gather(1, (fits.sum(1, keepdim=True) - 1).clamp(min=0)).squeeze(1)
-            ok = tail_valid[:, c] & fits[:, 0]
-            ok &= masked_before.gather(1, e[:, None]).squeeze(1) == masked_before.gather(1, s[:, None]).squeeze(1)
+            fits = tail_wanted[:, c] & (tail_sizes[:, c] <= remaining[:, None])  # (B, U), a prefix
+            m = (fits.sum(1, keepdim=True) - 1).clamp(min=0)
+            e = tail_ends[:, c].gather(1, m).squeeze(1)
+            ok = tail_valid[:, c] & fits[:, 0] & tail_clear[:, c].gather(1, m).squeeze(1)
             ok &= ~((tail_start[:, :c] < e[:, None]) & (s[:, None] < tail_end[:, :c])).any(1)  # this round's tail
             tail_end[:, c] = torch.where(ok, e, -1)
             remaining -= torch.where(ok, e - s, 0)
