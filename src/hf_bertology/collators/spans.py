@@ -241,8 +241,8 @@ class DataCollatorForSpanMasking(ExampleSeeded):
         """Choose the spans: the `(B, L)` bool mask, and with `return_spans` the placed spans as a `(N, 4)` long
         tensor of `(row, start, end_exclusive, drawn_length_in_words)` in placement order (before merging).
 
-        One span per row per round. Rows that are done leave the working set once it has halved, so the long tail
-        of rows that need many short spans costs little.
+        Many anchors per row per round (`_anchors_per_round`; most batches need one round). Rows that are done
+        leave the working set once it has halved, so the rows that need another round cost little.
         """
         batch, length = candidates.shape
         draws = self._draws_or_fresh(draws, batch)
