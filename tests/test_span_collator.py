@@ -320,13 +320,18 @@ def _one_by_one(collator, input_ids, candidates, word_starts, key) -> list[bool]
         {"scheme": "albert", "span_distribution": "ngram", "span_upper": 3},
         {"scheme": "albert", "span_distribution": "ngram", "span_upper": 3, "mlm_probability": 0.4},
         {"scheme": "albert", "span_distribution": "geometric", "span_upper": 10, "max_predictions_per_seq": 9},
+        {"mlm_probability": 0.5, "max_anchors": 5},  # many small rounds
+        {"scheme": "albert", "span_distribution": "ngram", "span_upper": 3, "max_anchors": 5},
     ],
 )
-def test_rounds_mask_exactly_as_one_anchor_at_a_time(tokenizer, overrides):
+def test_rounds_mask_exactly_as_one_anchor_at_a_time(tokenizer, overrides, monkeypatch):
     """The vectorised rounds (many anchors per round, the taken ones found as the fixed point of the sequential
     rule) give exactly the masks of the official one-anchor-at-a-time loop on the same draws, row by row."""
+    from hf_bertology.collators import spans
     from hf_bertology.collators.base import Draws, pad_features
 
+    overrides = dict(overrides)
+    monkeypatch.setattr(spans, "MAX_ANCHORS_PER_ROUND", overrides.pop("max_anchors", spans.MAX_ANCHORS_PER_ROUND))
     collator = DataCollatorForSpanMasking(tokenizer, seed=0, **overrides)
     features = make_features(tokenizer, 40, 160, 11, ragged=True)
     batch = pad_features(features, tokenizer.pad_token_id)

@@ -44,8 +44,9 @@ from .base import (
 
 SCHEMES = ("spanbert", "albert")
 DISTRIBUTIONS = ("geometric", "ngram")
-# Spans tried per row per vectorised round, beyond the budget left divided by the mean span length in words.
-MIN_ANCHORS_PER_ROUND = 8
+# Spans tried per row per vectorised round, beyond the budget left divided by the mean span length in words; at
+# most MAX_ANCHORS_PER_ROUND (a round's cost grows with its square: long rows take more rounds instead).
+MIN_ANCHORS_PER_ROUND, MAX_ANCHORS_PER_ROUND = 8, 64
 # ALBERT: anchors tried one at a time per round once the budget starts to bind (after that, the next round).
 TAIL_ANCHORS = 6
 # Streams of `Draws`. A span's length is drawn for its anchor position (each position is an anchor at most once), so
@@ -288,7 +289,8 @@ class DataCollatorForSpanMasking(ExampleSeeded):
     def _anchors_per_round(self, remaining: torch.Tensor, length: int) -> int:
         """Anchors to try per row this round: enough for the largest budget left in most rows (a span adds about
         `mean_span_length` words), so that most rows finish in one round; rows that need more get another."""
-        return min(length, int(int(remaining.max()) / self._mean_words) + MIN_ANCHORS_PER_ROUND)
+        wanted = int(int(remaining.max()) / self._mean_words) + MIN_ANCHORS_PER_ROUND
+        return min(length, wanted, MAX_ANCHORS_PER_ROUND)
 
     def _spanbert_step(self, state, positions, spans) -> torch.Tensor:
         """Place the next spans of every row that still has budget, exactly as the official loop would one after
