@@ -322,6 +322,7 @@ def _one_by_one(collator, input_ids, candidates, word_starts, key) -> list[bool]
         {"scheme": "albert", "span_distribution": "geometric", "span_upper": 10, "max_predictions_per_seq": 9},
         {"mlm_probability": 0.5, "max_anchors": 5},  # many small rounds
         {"scheme": "albert", "span_distribution": "ngram", "span_upper": 3, "max_anchors": 5},
+        {"scheme": "albert", "span_distribution": "ngram", "span_upper": 1},  # single words: nothing can overlap
     ],
 )
 def test_rounds_mask_exactly_as_one_anchor_at_a_time(tokenizer, overrides, monkeypatch):

@@ -356,7 +356,7 @@ class DataCollatorForSpanMasking(ExampleSeeded):
 
         Whether n-gram j is taken, and how far it reaches, depends on the n-grams taken before it (overlap, budget
         left). Ignoring the budget, that is a lower-triangular system with one solution, found by iterating to a
-        fixed point over the round's K anchors at once (`(B, K, K)` passes); it is the official outcome up to the
+        fixed point over the round's K anchors at once (`_first_guess`); it is the official outcome up to the
         first anchor whose drawn n-gram no longer fits the budget left. From that anchor on, `TAIL_ANCHORS` anchors
         are tried one at a time (shorter n-grams, skips), and the round's later anchors wait for the next round.
         """
@@ -377,19 +377,10 @@ class DataCollatorForSpanMasking(ExampleSeeded):
         wanted = offsets <= n[..., None]  # (B, K, U)
         masked_before = torch.nn.functional.pad(masked.long().cumsum(1), (1, 0))  # (B, L + 1) prefix counts
         valid = best < 2.0
-        earlier = torch.ones(k, k, dtype=torch.bool).tril(-1)
-        # First guess, ignoring the budget: every anchor with the n-gram it drew, unless it meets an earlier one
-        # (a fixed point over a `(B, K, K)` overlap table computed once).
+        # First guess, ignoring the budget: every anchor with the n-gram it drew, unless it meets an earlier one.
         full = ends.gather(2, (n - 1)[..., None]).squeeze(2)
         base = valid & (masked_before.gather(1, full) == masked_before.gather(1, start))
-        meets = (start[:, None, :] < full[..., None]) & (start[..., None] < full[:, None, :]) & earlier
-        meets &= base[:, None, :]
-        accepted = base
-        for _ in range(k):
-            update = base & ~(meets & accepted[:, None, :]).any(2)
-            if torch.equal(update, accepted):
-                break
-            accepted = update
+        accepted = self._first_guess(start, full, base, length)
         # That is the official outcome up to the first anchor whose n-gram the budget would shorten or skip (t).
         size = (full - start) * accepted
         left = remaining[:, None] - (size.cumsum(1) - size)  # (B, K) budget left when anchor j is tried
@@ -434,6 +425,40 @@ class DataCollatorForSpanMasking(ExampleSeeded):
             rows, slots = accepted.nonzero(as_tuple=True)
             spans.append(torch.stack([state["rows"][rows], start[rows, slots], end[rows, slots], n[rows, slots]], 1))
         return (remaining > 0) & (scores < 2.0).any(1)
+
+    def _first_guess(self, start, full, base, length) -> torch.Tensor:
+        """`(B, K)`: which of the anchors `base` (word starts, n-grams `[start, full)`, in the round's order) the
+        official loop takes when no budget runs out: an anchor is skipped when its n-gram meets one taken earlier.
+
+        A fixed point of that rule (lower-triangular: one solution). In position order an n-gram of at most U words
+        can only meet the next U - 1 anchors (each starts a word of its own), so the rule needs a `(B, K, 2(U-1))`
+        band of neighbours, not all `(B, K, K)` pairs.
+        """
+        batch, k = start.shape
+        column = torch.arange(k)
+        order = torch.where(base, start, length + column).argsort(1)  # (B, K) the columns in position order
+        start, full, base = start.gather(1, order), full.gather(1, order), base.gather(1, order)
+        reach = torch.arange(1, self.span_upper)
+        offsets = torch.cat([-reach, reach])  # (2(U-1),) neighbours before and after in position order
+        neighbour = column[:, None] + offsets  # (K, 2(U-1))
+        inside = (neighbour >= 0) & (neighbour < k)
+        index = neighbour.clamp(0, k - 1).view(1, -1).expand(batch, -1)  # (B, K * 2(U-1))
+
+        def of_neighbours(values):
+            return values.gather(1, index).view(batch, k, -1)
+
+        # before: the neighbour's n-gram reaches this start; after: this n-gram reaches the neighbour's start
+        meets = torch.where(
+            offsets < 0, of_neighbours(full) > start[..., None], full[..., None] > of_neighbours(start)
+        )
+        meets &= inside & of_neighbours(base) & base[..., None] & (of_neighbours(order) < order[..., None])  # earlier
+        accepted = base
+        for _ in range(k):
+            update = base & ~(meets & of_neighbours(accepted)).any(2)
+            if torch.equal(update, accepted):
+                break
+            accepted = update
+        return torch.zeros_like(accepted).scatter_(1, order, accepted)  # back to the round's order
 
     @staticmethod
     def _cover(start: torch.Tensor, end: torch.Tensor, accepted: torch.Tensor | None, length: int) -> torch.Tensor:
