@@ -126,6 +126,14 @@ def test_draws_are_uniform_and_keyed():
     assert not torch.equal(Draws.for_examples(0, 1, [5]).uniform(1, 64), uniform[[5]])
 
 
+def test_draws_at_positions_are_the_batch_draws_there():
+    """`uniform_at` (the collators' 80/10/10 draws at the masked positions only) = `uniform` indexed there."""
+    draws = Draws.for_examples(seed=3, epoch=1, example_ids=[7, 8, 9])
+    rows, columns = torch.tensor([0, 2, 2, 1]), torch.tensor([5, 0, 63, 17])
+    assert torch.equal(draws.uniform_at(2, rows, columns), draws.uniform(2, 64)[rows, columns])
+    assert not torch.equal(draws.uniform_at(3, rows, columns), draws.uniform(2, 64)[rows, columns])
+
+
 class WithIds:
     """A collate function that also returns the ids (picklable, for DataLoader workers)."""
 

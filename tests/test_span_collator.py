@@ -252,3 +252,96 @@ def test_word_starts_from_vocabulary(tokenizer):
     assert continuation.sum() >= 10  # multi-piece words were chosen
     rows, cols = continuation.nonzero(as_tuple=True)
     assert chosen[rows, cols - 1].all()  # a chosen continuation's preceding piece is chosen: whole words
+
+
+def _one_by_one(collator, input_ids, candidates, word_starts, key) -> list[bool]:
+    """The official loops run one anchor at a time in plain Python on one row, with the collator's own draws (the
+    anchor order from `ANCHOR_ORDER`, each anchor's length from `SPAN_LENGTH`): the reference for the vectorised
+    rounds, which try many anchors at once."""
+    from hf_bertology.collators.base import Draws
+    from hf_bertology.collators.spans import ANCHOR_ORDER
+
+    length = len(input_ids)
+    draws = Draws(torch.tensor([key]))
+    order = draws.uniform(ANCHOR_ORDER, length)[0].tolist()
+    cand = candidates.tolist()
+    starts = [
+        bool(w) or not c or (i > 0 and not cand[i - 1]) for i, (w, c) in enumerate(zip(word_starts.tolist(), cand))
+    ]
+    word_start_positions = [i for i in range(length) if starts[i]] + [length]
+    word_of = [sum(starts[: i + 1]) - 1 for i in range(length)]
+
+    def segment_end(i):
+        while i < length and cand[i]:
+            i += 1
+        return i
+
+    def gram_end(start, words):  # `words` whole words from `start`, cut at the next special token or padding
+        return min(
+            word_start_positions[min(word_of[start] + words, len(word_start_positions) - 1)], segment_end(start)
+        )
+
+    def drawn_length(anchor):
+        return int(collator.sample_lengths(draws, torch.tensor([[anchor]]))[0, 0])
+
+    budget = int(collator.budget(torch.ones(1, length, dtype=torch.bool), candidates[None])[0])
+    if collator.scheme == "albert":  # ALBERT's budget counts every real token of the row
+        real = int((input_ids != collator.tokenizer.pad_token_id).sum())
+        budget = int(collator.budget(torch.arange(length)[None] < real, candidates[None])[0])
+    masked = [False] * length
+    if collator.scheme == "spanbert":
+        for anchor in sorted((i for i in range(length) if cand[i]), key=lambda i: order[i]):
+            if budget == 0:
+                break
+            if masked[anchor]:
+                continue  # the official loop draws again
+            start = word_start_positions[word_of[anchor]]
+            for position in range(start, gram_end(start, drawn_length(anchor))):
+                if budget and not masked[position]:
+                    masked[position], budget = True, budget - 1
+    else:
+        for anchor in sorted((i for i in range(length) if cand[i] and starts[i]), key=lambda i: order[i]):
+            if budget == 0:
+                break
+            ends = [gram_end(anchor, m) for m in range(drawn_length(anchor), 0, -1)]  # longest first
+            fitting = [end for end in ends if end - anchor <= budget]
+            if not fitting or any(masked[anchor : fitting[0]]):
+                continue
+            masked[anchor : fitting[0]] = [True] * (fitting[0] - anchor)
+            budget -= fitting[0] - anchor
+    return masked
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"mlm_probability": 0.5},  # many spans per row: several rounds, spans that merge
+        {"scheme": "albert", "span_distribution": "ngram", "span_upper": 3},
+        {"scheme": "albert", "span_distribution": "ngram", "span_upper": 3, "mlm_probability": 0.4},
+        {"scheme": "albert", "span_distribution": "geometric", "span_upper": 10, "max_predictions_per_seq": 9},
+        {"mlm_probability": 0.5, "max_anchors": 5},  # many small rounds
+        {"scheme": "albert", "span_distribution": "ngram", "span_upper": 3, "max_anchors": 5},
+        {"scheme": "albert", "span_distribution": "ngram", "span_upper": 1},  # single words: nothing can overlap
+    ],
+)
+def test_rounds_mask_exactly_as_one_anchor_at_a_time(tokenizer, overrides, monkeypatch):
+    """The vectorised rounds (many anchors per round, the taken ones found as the fixed point of the sequential
+    rule) give exactly the masks of the official one-anchor-at-a-time loop on the same draws, row by row."""
+    from hf_bertology.collators import spans
+    from hf_bertology.collators.base import Draws, pad_features
+
+    overrides = dict(overrides)
+    monkeypatch.setattr(spans, "MAX_ANCHORS_PER_ROUND", overrides.pop("max_anchors", spans.MAX_ANCHORS_PER_ROUND))
+    collator = DataCollatorForSpanMasking(tokenizer, seed=0, **overrides)
+    features = make_features(tokenizer, 40, 160, 11, ragged=True)
+    batch = pad_features(features, tokenizer.pad_token_id)
+    attention = batch["attention_mask"].bool()
+    candidates = attention & ~torch.isin(batch["input_ids"], collator._special)
+    draws = Draws.for_examples(0, 0, range(len(features)))
+    masked, _ = collator.sample_spans(attention, candidates, batch["word_starts"].bool(), draws=draws)
+    for row in range(len(features)):
+        expected = _one_by_one(
+            collator, batch["input_ids"][row], candidates[row], batch["word_starts"][row], int(draws.keys[row])
+        )
+        assert masked[row].tolist() == expected, row

@@ -133,6 +133,13 @@ class Draws:
         bits = _mix64(keys + (counter + np.uint64(stream << 32)) * _GOLDEN)
         return torch.from_numpy((bits >> np.uint64(11)).astype(np.float64) * 2.0**-53)
 
+    def uniform_at(self, stream: int, rows: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
+        """`(N,)` float64: `uniform(stream, n)[rows, counters]` computed for those N entries only (a collator that
+        needs draws at its few masked positions hashes those, not the whole `(B, L)` batch)."""
+        keys = self.keys.numpy().view(np.uint64)[rows.numpy()]
+        bits = _mix64(keys + (counters.numpy().astype(np.uint64) + np.uint64(stream << 32)) * _GOLDEN)
+        return torch.from_numpy((bits >> np.uint64(11)).astype(np.float64) * 2.0**-53)
+
     def token_keys(self, stream: int, length: int) -> torch.Tensor:
         """`(B, length)` int64: the 64-bit key of each row and position that `uniform` maps to a float, handed to
         the model for draws it makes itself (ELECTRA's generator samples its replacements with noise keyed by

@@ -58,20 +58,25 @@ def flatten_batch(batch: dict[str, torch.Tensor]) -> dict[str, Any]:
     real = batch["attention_mask"].bool()  # (B, L)
     rows, width = real.shape
     lengths = real.sum(1)  # (B,)
-    if not bool((real[:, :-1] | ~real[:, 1:]).all()):
+    if not torch.equal(real, torch.arange(width) < lengths[:, None]):
         raise ValueError("flatten_batch expects right padding (real tokens first in every row)")
     cu_seqlens = torch.zeros(rows + 1, dtype=torch.int32)
     cu_seqlens[1:] = lengths.cumsum(0)
     longest = int(lengths.max())
+    # One index of the real tokens in the (B * L) layout, shared by every key: `index_select` with it is several
+    # times faster than a boolean index per key (each of which finds the real tokens again).
+    index = real.view(-1).nonzero().squeeze(1)  # (T,)
+    row = index.div(width, rounding_mode="floor")
+    positions = index - row * width  # (T,) restart at 0 in every example
 
     flat: dict[str, Any] = {}
     for key, value in batch.items():
         if key == "attention_mask" or key in TARGET_POSITIONS.values():  # target positions: recomputed below
             continue
         if torch.is_tensor(value) and value.dim() >= 2 and value.shape[:2] == (rows, width):
-            value = value[real]  # (T, ...)
-            if key in POSITION_KEYS:  # row positions -> flat positions
-                offsets = cu_seqlens[:-1].long().repeat_interleave(lengths)  # (T,)
+            value = value.reshape(rows * width, *value.shape[2:]).index_select(0, index)  # (T, ...)
+            if key in POSITION_KEYS:  # row positions -> flat positions: add the example's offset in the flat row
+                offsets = torch.arange(len(index)) - positions  # (T,)
                 value = value + offsets.view(-1, *([1] * (value.dim() - 1)))
             flat[key] = value.unsqueeze(0)  # (1, T, ...)
         else:
@@ -80,15 +85,13 @@ def flatten_batch(batch: dict[str, torch.Tensor]) -> dict[str, Any]:
     if starts is not None:  # packed documents: the units are the documents of every row
         flat.update(document_units(starts[0].bool() | _row_starts(lengths)))
     else:
-        positions = torch.arange(width).expand(rows, width)[real]  # restart at 0 in every example
         flat["position_ids"] = positions.unsqueeze(0)  # (1, T)
         flat["cu_seq_lens_q"] = flat["cu_seq_lens_k"] = cu_seqlens
         flat["max_length_q"] = flat["max_length_k"] = longest
         # Where each token sits in a (B, longest) layout and which keys are real there, for attention kernels
         # without variable lengths (the CPU): computed here once per batch rather than in every layer (and
         # `bucketize` does not compile on every torch).
-        slots = torch.arange(rows)[:, None] * longest + torch.arange(width)[None, :]  # (B, L)
-        flat["packed_slots"] = slots[real]  # (T,)
+        flat["packed_slots"] = row * longest + positions  # (T,)
         flat["packed_key_mask"] = torch.arange(longest)[None, :] < lengths[:, None]  # (B, longest): the real keys
         flat.update(repad_layout(flat["packed_slots"], flat["packed_key_mask"]))
     flat["attention_mask"] = torch.ones_like(flat["position_ids"])  # counts only: every token is real

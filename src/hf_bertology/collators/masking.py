@@ -196,15 +196,17 @@ class DataCollatorForMaskedLM(ExampleSeeded):
         return rank_within_rows(scores) < budget[:, None]
 
     def corrupt(self, input_ids: torch.Tensor, chosen: torch.Tensor, draws: Draws | None = None) -> torch.Tensor:
-        """Replace the chosen positions: mask token / random non-special token / unchanged."""
+        """Replace the chosen positions: mask token / random non-special token / unchanged (draws made at the chosen
+        positions only)."""
         draws = self._draws_or_fresh(draws, len(input_ids))
-        draw = draws.uniform(TREATMENT, input_ids.shape[1])
-        to_mask = chosen & (draw < self.mask_replace_prob)
-        to_random = (
-            chosen & (draw >= self.mask_replace_prob) & (draw < self.mask_replace_prob + self.random_replace_prob)
-        )
-        corrupted = input_ids.masked_fill(to_mask, self.tokenizer.mask_token_id)
+        rows, columns = chosen.nonzero(as_tuple=True)
+        draw = draws.uniform_at(TREATMENT, rows, columns)
+        to_mask = draw < self.mask_replace_prob
+        to_random = (draw >= self.mask_replace_prob) & (draw < self.mask_replace_prob + self.random_replace_prob)
+        corrupted = input_ids.clone()
+        corrupted[rows[to_mask], columns[to_mask]] = self.tokenizer.mask_token_id
         if bool(to_random.any()):
-            picks = draws.integers(REPLACEMENT, input_ids.shape[1], len(self._replacements))  # (B, L)
-            corrupted[to_random] = self._replacements[picks[to_random]]
+            rows, columns = rows[to_random], columns[to_random]
+            picks = (draws.uniform_at(REPLACEMENT, rows, columns) * len(self._replacements)).long()
+            corrupted[rows, columns] = self._replacements[picks]
         return corrupted

@@ -1,6 +1,7 @@
 """Span masking over whole words: SpanBERT's geometric spans and ALBERT's n-grams.
 
-Two official procedures, one vectorised loop (one span per row per round, the whole batch at once):
+Two official procedures, vectorised over the batch and over many anchors per row at once (each round solves the
+official one-anchor-at-a-time rule as a fixed point, so the masks are exactly the sequential loop's):
 
 - `scheme="spanbert"` follows facebookresearch/SpanBERT `pretraining/fairseq/data/masking.py:
   PairWithSpanMaskingScheme.mask` and `span_masking`: budget `ceil(rate * maskable tokens)`; repeat: draw a length
@@ -43,8 +44,11 @@ from .base import (
 
 SCHEMES = ("spanbert", "albert")
 DISTRIBUTIONS = ("geometric", "ngram")
-# Spans tried per row per vectorised round; later spans of a round are checked against earlier ones in order.
-ANCHORS_PER_ROUND = 6
+# Spans tried per row per vectorised round, beyond the budget left divided by the mean span length in words; at
+# most MAX_ANCHORS_PER_ROUND (a round's cost grows with its square: long rows take more rounds instead).
+MIN_ANCHORS_PER_ROUND, MAX_ANCHORS_PER_ROUND = 8, 64
+# ALBERT: anchors tried one at a time per round once the budget starts to bind (after that, the next round).
+TAIL_ANCHORS = 6
 # Streams of `Draws`. A span's length is drawn for its anchor position (each position is an anchor at most once), so
 # a row's spans do not depend on how many anchors a round tries or on the other rows.
 ANCHOR_ORDER, TREATMENT, REPLACEMENT, SPAN_LENGTH = 1, 2, 3, 4
@@ -149,6 +153,7 @@ class DataCollatorForSpanMasking(ExampleSeeded):
         )
         self._length_cdf = self.length_probs.cumsum(0).float()
         self._length_cdf[-1] = 1.0  # guard against rounding: every uniform draw maps to a length
+        self._mean_words = float((self.length_probs * torch.arange(self.span_lower, self.span_upper + 1)).sum())
         self._random = RandomSource(self.seed)
         self._special = special_ids(self.tokenizer)
         self._is_special = id_table(self.tokenizer, self._special)
@@ -237,8 +242,8 @@ class DataCollatorForSpanMasking(ExampleSeeded):
         """Choose the spans: the `(B, L)` bool mask, and with `return_spans` the placed spans as a `(N, 4)` long
         tensor of `(row, start, end_exclusive, drawn_length_in_words)` in placement order (before merging).
 
-        One span per row per round. Rows that are done leave the working set once it has halved, so the long tail
-        of rows that need many short spans costs little.
+        Many anchors per row per round (`_anchors_per_round`; most batches need one round). Rows that are done
+        leave the working set once it has halved, so the rows that need another round cost little.
         """
         batch, length = candidates.shape
         draws = self._draws_or_fresh(draws, batch)
@@ -281,27 +286,51 @@ class DataCollatorForSpanMasking(ExampleSeeded):
         spans_tensor = (torch.cat(spans) if spans else torch.zeros(0, 4, dtype=torch.long)) if return_spans else None
         return masked_out, spans_tensor
 
+    def _anchors_per_round(self, remaining: torch.Tensor, length: int) -> int:
+        """Anchors to try per row this round: enough for the largest budget left in most rows (a span adds about
+        `mean_span_length` words), so that most rows finish in one round; rows that need more get another."""
+        wanted = int(int(remaining.max()) / self._mean_words) + MIN_ANCHORS_PER_ROUND
+        return min(length, wanted, MAX_ANCHORS_PER_ROUND)
+
     def _spanbert_step(self, state, positions, spans) -> torch.Tensor:
-        """Place up to `ANCHORS_PER_ROUND` SpanBERT spans in every row that still has budget, exactly as the
-        official loop would one after the other; returns the rows that can go on."""
+        """Place the next spans of every row that still has budget, exactly as the official loop would one after
+        the other; returns the rows that can go on.
+
+        The round's K anchors are taken at once: anchor j is rejected when it lies in an accepted earlier span of
+        the round. That is a lower-triangular system (j depends only on i < j) with one solution, found by
+        iterating to a fixed point (a few passes over `(B, K, K)`). Each token then goes to the first accepted span
+        covering it (a scatter of the spans' own tokens, not a `(B, K, L)` cover), and spans are added in order
+        until the budget is met.
+        """
         scores, masked, remaining = state["scores"], state["masked"], state["remaining"]
         batch, length = masked.shape
-        k = min(ANCHORS_PER_ROUND, length)
+        k = self._anchors_per_round(remaining, length)
         best, anchor = scores.topk(k, 1, largest=False)  # (B, K): the next unmasked tokens in the random order
         n = self.sample_lengths(Draws(state["keys"]), anchor)  # (B, K)
         word = state["word_id"].gather(1, anchor)
         start = state["word_start_pos"].gather(1, word)
         stop = state["segment_end"].gather(1, start)  # a span ends at the next special token or padding
         end = torch.minimum(state["word_start_pos"].gather(1, (word + n).clamp(max=length)), stop)
-        # An anchor inside an earlier span of this round is rejected, as the official loop rejects masked anchors.
-        accepted = (best < 2.0) & (remaining > 0)[:, None]
-        for j in range(1, k):
-            inside = (start[:, :j] <= anchor[:, j : j + 1]) & (anchor[:, j : j + 1] < end[:, :j])
-            accepted[:, j] &= ~(accepted[:, :j] & inside).any(1)
-        cover = (positions >= start[..., None]) & (positions < end[..., None]) & accepted[..., None]  # (B, K, L)
-        cover &= ~masked[:, None, :]
-        # The span that adds each new token (k: none). A `where` + `amin` over K is ~10x faster than `argmax`.
-        first = torch.where(cover, torch.arange(k, dtype=torch.uint8)[:, None], k).amin(1).long()  # (B, L)
+        valid = (best < 2.0) & (remaining > 0)[:, None]
+        # inside[b, j, i]: anchor j lies in span i < j (the official loop rejects an anchor already masked).
+        earlier = torch.ones(k, k, dtype=torch.bool).tril(-1)
+        inside = (start[:, None, :] <= anchor[..., None]) & (anchor[..., None] < end[:, None, :]) & earlier
+        inside &= valid[:, None, :]
+        accepted = valid
+        for _ in range(k):
+            update = valid & ~(inside & accepted[:, None, :]).any(2)
+            if torch.equal(update, accepted):
+                break
+            accepted = update
+        # The accepted spans' tokens as flat (row, position) slots, each tagged with its span index.
+        size = (end - start) * accepted  # (B, K)
+        counts = size.flatten()
+        slot = torch.repeat_interleave(torch.arange(batch * k), counts)  # (N,) the span (row-major) of each entry
+        offset = torch.arange(len(slot)) - torch.repeat_interleave(counts.cumsum(0) - counts, counts)
+        flat = (slot // k) * length + start.flatten()[slot] + offset
+        first = torch.full((batch * length,), k, dtype=torch.long)
+        first.scatter_reduce_(0, flat, slot % k, "amin")  # the first span covering each token (k: none)
+        first = first.view(batch, length).masked_fill_(masked, k)  # tokens masked earlier are not new
         covered = first < k
         new_per_span = torch.zeros(batch, k + 1, dtype=torch.long).scatter_add_(1, first, torch.ones_like(first))
         total = new_per_span[:, :k].cumsum(1)  # (B, K)
@@ -322,15 +351,21 @@ class DataCollatorForSpanMasking(ExampleSeeded):
         return (remaining > 0) & (best[:, -1] < 2.0)
 
     def _albert_step(self, state, positions, spans) -> torch.Tensor:
-        """Try the next `ANCHORS_PER_ROUND` word starts of every row that still has budget, one after the other as
-        the official loop does; returns the rows that can go on."""
+        """Try the next word starts of every row that still has budget, with the outcome of the official loop
+        trying them one after the other; returns the rows that can go on.
+
+        Whether n-gram j is taken, and how far it reaches, depends on the n-grams taken before it (overlap, budget
+        left). Ignoring the budget, that is a lower-triangular system with one solution, found by iterating to a
+        fixed point over the round's K anchors at once (`_first_guess`); it is the official outcome up to the
+        first anchor whose drawn n-gram no longer fits the budget left. From that anchor on, `TAIL_ANCHORS` anchors
+        are tried one at a time (shorter n-grams, skips), and the round's later anchors wait for the next round.
+        """
         scores, masked, remaining = state["scores"], state["masked"], state["remaining"]
         batch, length = masked.shape
-        k = min(ANCHORS_PER_ROUND, length)
         # Anchors that could only be skipped: covered word starts and first words longer than the budget left.
         scores.masked_fill_(masked | (state["word_len"] > remaining[:, None]), 2.0)
+        k = self._anchors_per_round(remaining, length)
         best, anchor = scores.topk(k, 1, largest=False)
-        scores.scatter_(1, anchor, 2.0)  # each word start is tried once
         n = self.sample_lengths(Draws(state["keys"]), anchor)  # (B, K)
         word = state["word_id"].gather(1, anchor)
         start = state["word_start_pos"].gather(1, word)  # (B, K)
@@ -339,26 +374,101 @@ class DataCollatorForSpanMasking(ExampleSeeded):
         # ends[b, j, m-1]: end of the m-gram from anchor j (cut at the next special token).
         ends = state["word_start_pos"].gather(1, (word[..., None] + offsets).clamp(max=length).view(batch, -1))
         ends = torch.minimum(ends.view(batch, k, -1), stop[..., None])  # (B, K, U)
+        wanted = offsets <= n[..., None]  # (B, K, U)
         masked_before = torch.nn.functional.pad(masked.long().cumsum(1), (1, 0))  # (B, L + 1) prefix counts
-        accepted = torch.zeros(batch, k, dtype=torch.bool)
-        end = start.clone()
-        for j in range(k):
-            s = start[:, j]
+        valid = best < 2.0
+        # First guess, ignoring the budget: every anchor with the n-gram it drew, unless it meets an earlier one.
+        full = ends.gather(2, (n - 1)[..., None]).squeeze(2)
+        base = valid & (masked_before.gather(1, full) == masked_before.gather(1, start))
+        accepted = self._first_guess(start, full, base, length)
+        # That is the official outcome up to the first anchor whose n-gram the budget would shorten or skip (t).
+        size = (full - start) * accepted
+        left = remaining[:, None] - (size.cumsum(1) - size)  # (B, K) budget left when anchor j is tried
+        binding = valid & (full - start > left)
+        t = torch.where(binding.any(1), binding.byte().argmax(1), k)  # (B,)
+        column = torch.arange(k)
+        accepted &= column < t[:, None]
+        end = torch.where(accepted, full, start)
+        remaining -= (end - start).sum(1)
+        masked |= self._cover(start, end, accepted, length)
+        # From t on, a few anchors one at a time with the official rule; the round's later anchors wait for the next.
+        masked_before = torch.nn.functional.pad(masked.long().cumsum(1), (1, 0))
+        columns = t[:, None] + torch.arange(TAIL_ANCHORS)  # (B, T) the columns tried one at a time
+        tail = columns.clamp(max=k - 1)
+        tail_start, tail_valid = start.gather(1, tail), valid.gather(1, tail) & (columns < k)
+        tail_ends = ends.gather(1, tail[..., None].expand(-1, -1, ends.shape[2]))  # (B, T, U)
+        tail_sizes = tail_ends - tail_start[..., None]  # tokens of each m-gram
+        tail_wanted = wanted.gather(1, tail[..., None].expand(-1, -1, ends.shape[2]))
+        # which m-grams touch no masked token (the prefix's n-grams, earlier rounds): all at once, before the loop
+        tail_clear = masked_before.gather(1, tail_ends.view(batch, -1)).view_as(tail_ends)
+        tail_clear = tail_clear == masked_before.gather(1, tail_start)[..., None]  # (B, T, U)
+        tail_end = torch.full_like(tail_start, -1)  # -1: not taken (overlaps nothing)
+        for c in range(TAIL_ANCHORS):
+            s = tail_start[:, c]
             # The longest m <= n that fits the budget (the official "try shorter n-grams"), else skip.
-            fits = (offsets <= n[:, j : j + 1]) & (ends[:, j] - s[:, None] <= remaining[:, None])  # (B, U), a prefix
-            e = ends[:, j].gather(1, (fits.sum(1, keepdim=True) - 1).clamp(min=0)).squeeze(1)
-            ok = (best[:, j] < 2.0) & fits[:, 0]
-            ok &= masked_before.gather(1, e[:, None]).squeeze(1) == masked_before.gather(1, s[:, None]).squeeze(1)
-            ok &= ~(accepted[:, :j] & (start[:, :j] < e[:, None]) & (s[:, None] < end[:, :j])).any(1)  # no overlap
-            accepted[:, j] = ok
-            end[:, j] = torch.where(ok, e, s)
-            remaining -= end[:, j] - s
-        cover = (positions >= start[..., None]) & (positions < end[..., None])  # (B, K, L)
-        masked |= cover.any(1)
+            fits = tail_wanted[:, c] & (tail_sizes[:, c] <= remaining[:, None])  # (B, U), a prefix
+            m = (fits.sum(1, keepdim=True) - 1).clamp(min=0)
+            e = tail_ends[:, c].gather(1, m).squeeze(1)
+            ok = tail_valid[:, c] & fits[:, 0] & tail_clear[:, c].gather(1, m).squeeze(1)
+            ok &= ~((tail_start[:, :c] < e[:, None]) & (s[:, None] < tail_end[:, :c])).any(1)  # this round's tail
+            tail_end[:, c] = torch.where(ok, e, -1)
+            remaining -= torch.where(ok, e - s, 0)
+        taken = tail_end > tail_start
+        tail_end = torch.where(taken, tail_end, tail_start)
+        # Back into the round's columns (past the last column: into padding, cut off).
+        accepted = torch.nn.functional.pad(accepted, (0, TAIL_ANCHORS)).scatter_(1, columns, taken)[:, :k]
+        end = torch.nn.functional.pad(end, (0, TAIL_ANCHORS)).scatter_(1, columns, tail_end)[:, :k]
+        masked |= self._cover(tail_start, tail_end, None, length)
+        tried = column < (t + TAIL_ANCHORS)[:, None]
+        scores.scatter_(1, anchor, torch.where(tried, 2.0, best))  # each word start is tried once
         if spans is not None:
             rows, slots = accepted.nonzero(as_tuple=True)
             spans.append(torch.stack([state["rows"][rows], start[rows, slots], end[rows, slots], n[rows, slots]], 1))
-        return (remaining > 0) & (best[:, -1] < 2.0)
+        return (remaining > 0) & (scores < 2.0).any(1)
+
+    def _first_guess(self, start, full, base, length) -> torch.Tensor:
+        """`(B, K)`: which of the anchors `base` (word starts, n-grams `[start, full)`, in the round's order) the
+        official loop takes when no budget runs out: an anchor is skipped when its n-gram meets one taken earlier.
+
+        A fixed point of that rule (lower-triangular: one solution). In position order an n-gram of at most U words
+        can only meet the next U - 1 anchors (each starts a word of its own), so the rule needs a `(B, K, 2(U-1))`
+        band of neighbours, not all `(B, K, K)` pairs.
+        """
+        batch, k = start.shape
+        column = torch.arange(k)
+        order = torch.where(base, start, length + column).argsort(1)  # (B, K) the columns in position order
+        start, full, base = start.gather(1, order), full.gather(1, order), base.gather(1, order)
+        reach = torch.arange(1, self.span_upper)
+        offsets = torch.cat([-reach, reach])  # (2(U-1),) neighbours before and after in position order
+        neighbour = column[:, None] + offsets  # (K, 2(U-1))
+        inside = (neighbour >= 0) & (neighbour < k)
+        index = neighbour.clamp(0, k - 1).view(1, -1).expand(batch, -1)  # (B, K * 2(U-1))
+
+        def of_neighbours(values):
+            return values.gather(1, index).view(batch, k, -1)
+
+        # before: the neighbour's n-gram reaches this start; after: this n-gram reaches the neighbour's start
+        meets = torch.where(
+            offsets < 0, of_neighbours(full) > start[..., None], full[..., None] > of_neighbours(start)
+        )
+        meets &= inside & of_neighbours(base) & base[..., None] & (of_neighbours(order) < order[..., None])  # earlier
+        accepted = base
+        for _ in range(k):
+            update = base & ~(meets & of_neighbours(accepted)).any(2)
+            if torch.equal(update, accepted):
+                break
+            accepted = update
+        return torch.zeros_like(accepted).scatter_(1, order, accepted)  # back to the round's order
+
+    @staticmethod
+    def _cover(start: torch.Tensor, end: torch.Tensor, accepted: torch.Tensor | None, length: int) -> torch.Tensor:
+        """`(B, L)` bool: the tokens of the non-overlapping spans `[start, end)` (`(B, K)`; empty where
+        `accepted` is False): +1 at each start and -1 at each end, then a cumsum."""
+        weight = torch.ones_like(start) if accepted is None else accepted.long()
+        weight = weight * (end > start)
+        edges = torch.zeros(start.shape[0], length + 1, dtype=torch.long)
+        edges.scatter_add_(1, start, weight).scatter_add_(1, end, -weight)
+        return edges[:, :length].cumsum(1) > 0
 
     # -- merged spans: SBO targets and replacement --------------------------------------------------------------
     @staticmethod
@@ -397,34 +507,43 @@ class DataCollatorForSpanMasking(ExampleSeeded):
         candidates: torch.Tensor,
         draws: Draws | None = None,
     ) -> torch.Tensor:
-        """[MASK] / random tokens / unchanged, decided per merged span or per token."""
+        """[MASK] / random tokens / unchanged, decided per merged span or per token (draws made at the masked
+        positions only)."""
         draws = self._draws_or_fresh(draws, len(input_ids))
-        draw = draws.uniform(TREATMENT, input_ids.shape[1])
-        if self.replacement_level == "span":
-            draw = draw.gather(1, run_start)  # every token of a span shares its first token's draw
-        to_mask = masked & (draw < self.mask_replace_prob)
-        to_random = (
-            masked & (draw >= self.mask_replace_prob) & (draw < self.mask_replace_prob + self.random_replace_prob)
-        )
-        corrupted = input_ids.masked_fill(to_mask, self.tokenizer.mask_token_id)
+        rows, columns = masked.nonzero(as_tuple=True)
+        # every token of a span shares its first token's draw
+        at = run_start[rows, columns] if self.replacement_level == "span" else columns
+        draw = draws.uniform_at(TREATMENT, rows, at)
+        to_mask = draw < self.mask_replace_prob
+        to_random = (draw >= self.mask_replace_prob) & (draw < self.mask_replace_prob + self.random_replace_prob)
+        corrupted = input_ids.clone()
+        corrupted[rows[to_mask], columns[to_mask]] = self.tokenizer.mask_token_id
         if bool(to_random.any()):
-            corrupted[to_random] = self.random_tokens(input_ids, candidates, draws)[to_random]
+            rows, columns = rows[to_random], columns[to_random]
+            corrupted[rows, columns] = self.random_tokens(input_ids, candidates, draws, rows, columns)
         return corrupted
 
-    def random_tokens(self, input_ids: torch.Tensor, candidates: torch.Tensor, draws: Draws) -> torch.Tensor:
-        """`(B, L)` a replacement id for every position: uniform non-special, or unigram (given frequencies, else
-        a uniform pick among the row's own real tokens)."""
-        uniform = draws.uniform(REPLACEMENT, input_ids.shape[1])  # (B, L)
+    def random_tokens(
+        self,
+        input_ids: torch.Tensor,
+        candidates: torch.Tensor,
+        draws: Draws,
+        rows: torch.Tensor,
+        columns: torch.Tensor,
+    ) -> torch.Tensor:
+        """`(N,)` replacement ids for the positions `(rows, columns)`: uniform non-special, or unigram (given
+        frequencies, else a uniform pick among the row's own real tokens)."""
+        uniform = draws.uniform_at(REPLACEMENT, rows, columns)  # (N,)
         uniform_pick = self._replacements[(uniform * len(self._replacements)).long()]
         if self.random_token_distribution == "uniform":
             return uniform_pick
         if self.token_frequencies is not None:
-            picks = torch.searchsorted(self._frequency_cdf, uniform.contiguous(), right=True)
+            picks = torch.searchsorted(self._frequency_cdf, uniform, right=True)
             return picks.clamp(max=len(self._frequency_cdf) - 1)
         # the row's candidates, in order, first: pick the k-th with k uniform below the row's count
-        count = candidates.sum(1, keepdim=True)  # (B, 1)
+        count = candidates.sum(1)[rows]  # (N,)
         pool = (~candidates).long().argsort(dim=1, stable=True)  # (B, L) candidate positions first
-        own = input_ids.gather(1, pool.gather(1, (uniform * count).long().clamp(max=input_ids.shape[1] - 1)))
+        own = input_ids[rows, pool[rows, (uniform * count).long().clamp(max=input_ids.shape[1] - 1)]]
         return torch.where(count > 0, own, uniform_pick)
 
 
