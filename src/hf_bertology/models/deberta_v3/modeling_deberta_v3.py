@@ -334,7 +334,7 @@ class BertologyDebertaV3ForPreTraining(DebertaV2PreTrainedModel):
         chosen = labels.ne(-100)  # (B, T)
         # the chosen tokens: the batch's flat positions (no host sync), else a boolean index (syncs)
         at = chosen.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
-        targets = labels.flatten().index_select(0, at)
+        targets = labels.take(at)  # `take` reads labels as flat: no view first
         n_chosen = chosen.sum()
         real = attention_mask.bool() if attention_mask is not None else torch.ones_like(chosen)
         n_real = real.sum()

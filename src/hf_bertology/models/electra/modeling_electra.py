@@ -296,7 +296,7 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
         chosen = labels.ne(-100)  # (B, T)
         # the chosen tokens: the batch's flat positions (no host sync), else a boolean index (syncs)
         at = chosen.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
-        targets = labels.flatten().index_select(0, at)
+        targets = labels.take(at)  # `take` reads labels as flat: no view first
         n_chosen = chosen.sum()
         real = real_mask.bool() if real_mask is not None else torch.ones_like(chosen)
         n_real = real.sum()
@@ -319,10 +319,10 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
             sample_logits = prediction_logits.detach().float()
             if config.disallow_correct:
                 sample_logits[torch.arange(len(targets), device=targets.device), targets] = -1e9
-            keys = None if sample_keys is None else sample_keys.flatten().index_select(0, at)
+            keys = None if sample_keys is None else sample_keys.take(at)
             sampled = gumbel_sample(sample_logits, config.sampling_temperature, keys)  # (M,)
             original_ids = torch.where(chosen, labels, input_ids)
-            replaced_input_ids = original_ids.flatten().index_copy(0, at, sampled).view_as(original_ids)
+            replaced_input_ids = original_ids.put(at, sampled)  # flat positions, the batch's shape: no views
             rtd_labels = (replaced_input_ids != original_ids) & real  # (B, T)
         # End copy source: fake_data
 
