@@ -39,7 +39,8 @@ PACKED_IMPLEMENTATIONS = (PACKED_ATTENTION, "flash_attention_2", "flash_attentio
 def _repad_sdpa(
     query, key, value, cu_seqlens, max_len, dropout, scaling, slots=None, key_mask=None, window=None, layout=None
 ):
-    """SDPA over each example of a flat `(1, H, T, D)` batch: scatter into `(B, H, max_len, D)`, attend, gather.
+    """SDPA over each example of a flat `(1, H, T, D)` batch: scatter into `(B, H, max_len, D)`, attend, gather
+    back into `(T, H, D)`.
 
     `slots` (`(T,)`): each token's place `row * max_len + col` (the collator's `packed_slots`); `key_mask`
     (`(B, max_len)`): the real keys of each example (the collator's `packed_key_mask`); else both derived here, in
@@ -65,7 +66,9 @@ def _repad_sdpa(
         col = torch.arange(max_len, device=query.device)
         keep = keep & ((col[:, None] - col[None, :]).abs() <= window)  # (B, 1, max_len, max_len)
 
-    # q, k and v scattered together: one copy into the padded layout (and one back in the backward), not three
+    # q, k and v scattered together: one copy into the padded layout (and one back in the backward), not three;
+    # in (T, H, D) layout, the one their gradients go back to through transformers' `.view().transpose(1, 2)`
+    # without a copy (scattered as (3, H, T, D), they would need one each)
     qkv = torch.cat((query, key, value)).transpose(1, 2)  # (3, T, H, D)
     padded = qkv.new_zeros(3, rows * max_len, heads, dim).index_copy(1, slots, qkv)
     padded_q, padded_k, padded_v = padded.view(3, rows, max_len, heads, dim).transpose(2, 3).unbind(0)
@@ -74,10 +77,8 @@ def _repad_sdpa(
     )  # (B, H, max_len, D)
     if index is not None:
         example, column = index.unbind(0)
-        out = out[example, :, column]  # (T, H, D): one gather, no copy into (B, max_len, H, D) first
-    else:
-        out = out.transpose(1, 2).reshape(rows * max_len, heads, dim)[slots]  # (T, H, D)
-    return out.unsqueeze(0)  # (1, T, H, D)
+        return out[example, :, column]  # (T, H, D): one gather, no copy into (B, max_len, H, D) first
+    return out.transpose(1, 2).reshape(rows * max_len, heads, dim)[slots]  # (T, H, D)
 
 
 def packed_key_mask(cu_seqlens: torch.Tensor, max_len: int) -> torch.Tensor:
@@ -108,8 +109,8 @@ def _flash_varlen(query, key, value, cu_seqlens, max_len, dropout, scaling, wind
         scale=scaling,
         window_size_left=window,
         window_size_right=window,
-    )[0]  # (T, H, D)
-    return out.unsqueeze(0)  # (1, T, H, D)
+    )[0]
+    return out  # (T, H, D)
 
 
 def flash_varlen_applies(query: torch.Tensor) -> bool:
@@ -131,7 +132,10 @@ def packed_attention_forward(
 ) -> tuple[torch.Tensor, None]:
     """`AttentionInterface` function: variable-length attention on packed batches, SDPA on padded ones.
 
-    Shapes as transformers' attention functions: in `(B, H, T, D)`, out `(B, T, H, D)`.
+    Shapes as transformers' attention functions: in `(B, H, T, D)`, out `(B, T, H, D)`; a packed batch's out is
+    `(T, H, D)`, the row's tokens without the batch dimension of 1: every layer that calls this reshapes the output to
+    `(*input_shape, -1)` = `(1, T, H * D)` (BERT, RoBERTa, ALBERT, ELECTRA, ModernBERT), so the output needs no
+    `unsqueeze` (nor its gradient a `squeeze`) in every layer.
     """
     cu_seqlens = kwargs.get("cu_seq_lens_q")
     if cu_seqlens is None:

@@ -154,7 +154,7 @@ class BertologyAlbertForPreTraining(AlbertPreTrainedModel):
             at = (
                 labels.flatten().ne(-100).nonzero().squeeze(1) if target_positions is None else target_positions
             )  # (M,)
-            targets = labels.flatten().index_select(0, at)
+            targets = labels.take(at)  # `take` reads labels as flat: no view first
             states = sequence_output.flatten(0, 1).index_select(0, at)  # (M, H): the labelled tokens
             # (M, V) logits (sparse prediction), or None where the loss is fused (`mlm_head`)
             prediction_logits, mlm_sum, predicted_ids = self.mlm_head(states, targets, return_logits, return_metrics)
@@ -167,13 +167,13 @@ class BertologyAlbertForPreTraining(AlbertPreTrainedModel):
                 mlm_accuracy = (predicted_ids == targets).sum() / n_tokens  # none: NaN, logs skip it
             loss = mlm_loss
             if sentence_order_label is not None:
+                sentence_order_label = sentence_order_label.flatten()  # (B,): no operation when it already is
                 n_seq = None if counted else torch.full((), sentence_order_label.numel(), device=labels.device)
-                sop_sum = F.cross_entropy(sop_logits.float(), sentence_order_label.view(-1), reduction="sum")
+                sop_sum = F.cross_entropy(sop_logits.float(), sentence_order_label, reduction="sum")
                 sop_loss = sop_sum / _denominator(num_items_in_batch, "sentence_order_label", n_seq, n_tokens)
                 if return_metrics:
-                    sop_accuracy = (
-                        sop_logits.argmax(-1) == sentence_order_label.view(-1)
-                    ).sum() / sentence_order_label.view(-1).ne(-100).sum()
+                    sop_right = (sop_logits.argmax(-1) == sentence_order_label).sum()
+                    sop_accuracy = sop_right / sentence_order_label.ne(-100).sum()
                 loss = loss + sop_loss
 
         return BertologyAlbertForPreTrainingOutput(

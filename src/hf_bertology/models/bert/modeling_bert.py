@@ -149,7 +149,7 @@ class BertologyBertForPreTraining(BertPreTrainedModel):
         sequence_output, pooled_output = outputs.last_hidden_state, outputs.pooler_output
         if packed:  # the pooler on every example's [CLS], not only the row's first
             pooler = self.bert.pooler
-            pooled_output = pooler.activation(pooler.dense(sequence_output[0, kwargs["cu_seq_lens_q"][:-1].long()]))
+            pooled_output = pooler.activation(pooler.dense(sequence_output[0, kwargs["cu_seq_lens_q"][:-1]]))
         nsp_logits = self.cls.seq_relationship(pooled_output)  # (B, 2)
 
         # Copy source: losses_and_output
@@ -160,7 +160,7 @@ class BertologyBertForPreTraining(BertPreTrainedModel):
             at = (
                 labels.flatten().ne(-100).nonzero().squeeze(1) if target_positions is None else target_positions
             )  # (M,)
-            targets = labels.flatten().index_select(0, at)
+            targets = labels.take(at)  # `take` reads labels as flat: no view first
             states = sequence_output.flatten(0, 1).index_select(0, at)  # (M, H): the labelled tokens
             # (M, V) logits (sparse prediction), or None where the loss is fused (`mlm_head`)
             prediction_logits, mlm_sum, predicted_ids = self.mlm_head(states, targets, return_logits, return_metrics)
@@ -173,13 +173,13 @@ class BertologyBertForPreTraining(BertPreTrainedModel):
                 mlm_accuracy = (predicted_ids == targets).sum() / n_tokens  # none: NaN, logs skip it
             loss = mlm_loss
             if next_sentence_label is not None:
+                next_sentence_label = next_sentence_label.flatten()  # (B,): no operation when it already is
                 n_seq = None if counted else torch.full((), next_sentence_label.numel(), device=labels.device)
-                nsp_sum = F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1), reduction="sum")
+                nsp_sum = F.cross_entropy(nsp_logits.float(), next_sentence_label, reduction="sum")
                 nsp_loss = nsp_sum / _denominator(num_items_in_batch, "next_sentence_label", n_seq, n_tokens)
                 if return_metrics:
-                    nsp_accuracy = (
-                        nsp_logits.argmax(-1) == next_sentence_label.view(-1)
-                    ).sum() / next_sentence_label.view(-1).ne(-100).sum()
+                    nsp_right = (nsp_logits.argmax(-1) == next_sentence_label).sum()
+                    nsp_accuracy = nsp_right / next_sentence_label.ne(-100).sum()
                 loss = loss + nsp_loss
 
         return BertologyBertForPreTrainingOutput(

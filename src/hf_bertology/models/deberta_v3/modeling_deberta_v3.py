@@ -139,16 +139,18 @@ def gumbel_sample(logits: torch.Tensor, temperature: float = 1.0, keys: torch.Te
     """
     if keys is None:
         noise = torch.rand(logits.shape, device=logits.device, dtype=torch.float32)
-    elif len(keys):  # in blocks of rows: the int64 hash of a whole (M, vocab) block would take 2x the noise's memory
-        blocks = [keyed_uniform(block, logits.shape[-1]) for block in keys.split(1024)]
-        noise = blocks[0] if len(blocks) == 1 else torch.cat(blocks)  # one block: no copy
+    elif len(keys) > 1024:  # in blocks of rows: the int64 hash of a whole (M, vocab) block would take 2x the noise's
+        noise = torch.cat([keyed_uniform(block, logits.shape[-1]) for block in keys.split(1024)])  # memory
+    elif len(keys):  # one block: no split (a view), no cat (a copy)
+        noise = keyed_uniform(keys, logits.shape[-1])
     else:
         noise = torch.zeros(logits.shape, device=logits.device, dtype=torch.float32)
     noise.add_(1e-9).log_().neg_().add_(1e-9).log_()  # log(-log(U)) = -Gumbel(0, 1)
     if temperature != 1.0:
         noise.mul_(temperature)
-    # argmax(logits + T g) as argmin(-T g - logits): the same values exactly negated, one operation fewer
-    return noise.sub_(logits.detach().float()).argmin(-1)
+    # argmax(logits + T g) as argmin(-T g - logits): the same values exactly negated, one operation fewer; logits
+    # without a gradient (ELECTRA's, sampled under no_grad) need no detach (a view)
+    return noise.sub_((logits.detach() if logits.requires_grad else logits).float()).argmin(-1)
 
 
 class GradientDisentangledEmbedding(nn.Module):
@@ -334,7 +336,7 @@ class BertologyDebertaV3ForPreTraining(DebertaV2PreTrainedModel):
         chosen = labels.ne(-100)  # (B, T)
         # the chosen tokens: the batch's flat positions (no host sync), else a boolean index (syncs)
         at = chosen.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
-        targets = labels.flatten().index_select(0, at)
+        targets = labels.take(at)  # `take` reads labels as flat: no view first
         n_chosen = chosen.sum()
         real = attention_mask.bool() if attention_mask is not None else torch.ones_like(chosen)
         n_real = real.sum()

@@ -149,16 +149,18 @@ def gumbel_sample(logits: torch.Tensor, temperature: float = 1.0, keys: torch.Te
     """
     if keys is None:
         noise = torch.rand(logits.shape, device=logits.device, dtype=torch.float32)
-    elif len(keys):  # in blocks of rows: the int64 hash of a whole (M, vocab) block would take 2x the noise's memory
-        blocks = [keyed_uniform(block, logits.shape[-1]) for block in keys.split(1024)]
-        noise = blocks[0] if len(blocks) == 1 else torch.cat(blocks)  # one block: no copy
+    elif len(keys) > 1024:  # in blocks of rows: the int64 hash of a whole (M, vocab) block would take 2x the noise's
+        noise = torch.cat([keyed_uniform(block, logits.shape[-1]) for block in keys.split(1024)])  # memory
+    elif len(keys):  # one block: no split (a view), no cat (a copy)
+        noise = keyed_uniform(keys, logits.shape[-1])
     else:
         noise = torch.zeros(logits.shape, device=logits.device, dtype=torch.float32)
     noise.add_(1e-9).log_().neg_().add_(1e-9).log_()  # log(-log(U)) = -Gumbel(0, 1)
     if temperature != 1.0:
         noise.mul_(temperature)
-    # argmax(logits + T g) as argmin(-T g - logits): the same values exactly negated, one operation fewer
-    return noise.sub_(logits.detach().float()).argmin(-1)
+    # argmax(logits + T g) as argmin(-T g - logits): the same values exactly negated, one operation fewer; logits
+    # without a gradient (ELECTRA's, sampled under no_grad) need no detach (a view)
+    return noise.sub_((logits.detach() if logits.requires_grad else logits).float()).argmin(-1)
 
 
 def binary_auc(scores: torch.Tensor, labels: torch.Tensor, real: torch.Tensor | None = None) -> torch.Tensor:
@@ -296,7 +298,7 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
         chosen = labels.ne(-100)  # (B, T)
         # the chosen tokens: the batch's flat positions (no host sync), else a boolean index (syncs)
         at = chosen.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
-        targets = labels.flatten().index_select(0, at)
+        targets = labels.take(at)  # `take` reads labels as flat: no view first
         n_chosen = chosen.sum()
         real = real_mask.bool() if real_mask is not None else torch.ones_like(chosen)
         n_real = real.sum()
@@ -319,10 +321,10 @@ class BertologyElectraForPreTraining(ElectraPreTrainedModel):
             sample_logits = prediction_logits.detach().float()
             if config.disallow_correct:
                 sample_logits[torch.arange(len(targets), device=targets.device), targets] = -1e9
-            keys = None if sample_keys is None else sample_keys.flatten().index_select(0, at)
+            keys = None if sample_keys is None else sample_keys.take(at)
             sampled = gumbel_sample(sample_logits, config.sampling_temperature, keys)  # (M,)
             original_ids = torch.where(chosen, labels, input_ids)
-            replaced_input_ids = original_ids.flatten().index_copy(0, at, sampled).view_as(original_ids)
+            replaced_input_ids = original_ids.put(at, sampled)  # flat positions, the batch's shape: no views
             rtd_labels = (replaced_input_ids != original_ids) & real  # (B, T)
         # End copy source: fake_data
 
