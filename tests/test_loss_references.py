@@ -54,7 +54,10 @@ def setup(name: str, corpus):
     """(model, padded batch) of recipe `name` (`objective-tiny[@backbone]`), built once."""
     if name not in _SETUPS:
         recipe_name, _, backbone = name.partition("@")
-        recipe = get_recipe(recipe_name, **({"backbone": backbone} if backbone else {}), **no_dropout(name))
+        # weights 25x the usual init spread the logits: near-uniform logits (std 0.02 init) make a label-smoothed
+        # cross-entropy differ from the plain one by ~1e-5 relative, under the tolerance (`smoothing_shift`)
+        overrides = {**no_dropout(name), "initializer_range": 0.5}
+        recipe = get_recipe(recipe_name, **({"backbone": backbone} if backbone else {}), **overrides)
         tokenizer = recipe.train_tokenizer(corpus["text"], 300)
         recipe.adapt_to_tokenizer(tokenizer)
         recipe.fit_to_length(LENGTH)
@@ -75,6 +78,13 @@ def setup(name: str, corpus):
 def nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean negative log-likelihood of `targets` under `logits` `(N, V)`."""
     return -logits.double().log_softmax(-1).gather(1, targets[:, None]).mean()
+
+
+def smoothing_shift(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Relative change of the mean cross-entropy of `targets` under `logits` with label smoothing 0.1."""
+    log_probs = logits.double().log_softmax(-1)
+    plain = -log_probs.gather(1, targets[:, None]).mean()
+    return (0.1 * (-log_probs.mean(-1).mean() - plain)).abs() / plain
 
 
 def run(model, batch: dict) -> tuple[object, dict]:
@@ -123,6 +133,8 @@ def references(model, batch: dict, output, seen: dict, objective: str) -> dict[s
     ref: dict[str, torch.Tensor] = {}
     mlm_logits = output.prediction_logits if getattr(output, "prediction_logits", None) is not None else output.logits
     ref["mlm_loss"] = nll(mlm_logits, labels[chosen])  # row-major order of the labelled tokens
+    # the check has power: label smoothing would move the loss by 10x the tolerance of `check` at least
+    assert smoothing_shift(mlm_logits, labels[chosen]) > 1e-4
     total = ref["mlm_loss"]
     if "sampled" in seen:  # replaced-token detection
         real = batch["attention_mask"].bool()
