@@ -328,11 +328,13 @@ def _one_by_one(collator, input_ids, candidates, word_starts, key) -> list[bool]
 def test_rounds_mask_exactly_as_one_anchor_at_a_time(tokenizer, overrides, monkeypatch):
     """The vectorised rounds (many anchors per round, the taken ones found as the fixed point of the sequential
     rule) give exactly the masks of the official one-anchor-at-a-time loop on the same draws, row by row."""
-    from hf_bertology.collators import spans
+    from hf_bertology.collators import span_rounds
     from hf_bertology.collators.base import Draws, pad_features
 
     overrides = dict(overrides)
-    monkeypatch.setattr(spans, "MAX_ANCHORS_PER_ROUND", overrides.pop("max_anchors", spans.MAX_ANCHORS_PER_ROUND))
+    monkeypatch.setattr(
+        span_rounds, "MAX_ANCHORS_PER_ROUND", overrides.pop("max_anchors", span_rounds.MAX_ANCHORS_PER_ROUND)
+    )
     collator = DataCollatorForSpanMasking(tokenizer, seed=0, **overrides)
     features = make_features(tokenizer, 40, 160, 11, ragged=True)
     batch = pad_features(features, tokenizer.pad_token_id)
