@@ -169,6 +169,27 @@ def test_cell_masks_exactly_as_the_papers_recipe(cell, corpus, tokenizers):
         assert torch.equal(ours[key], theirs[key]), key
 
 
+@pytest.mark.parametrize("cell", [cell for cell in CELLS if cell not in RTD_CELLS], ids=cell_id)
+def test_masked_lm_cell_resizes_its_vocabulary(cell, corpus, tokenizers):
+    """`resize_token_embeddings` (what run_mlm.py calls after adding tokens) resizes the MLM decoder with the word
+    table: the logits cover the new ids, a label among them trains, and the decoder stays tied to the table."""
+    recipe, collator, features = setup(cell, corpus, tokenizers)
+    torch.manual_seed(0)
+    model = recipe.build_model()
+    vocab = model.config.vocab_size
+    model.resize_token_embeddings(vocab + 8)
+    decoder, table = model.get_output_embeddings(), model.get_input_embeddings()
+    assert decoder.weight.shape[0] == table.weight.shape[0] == vocab + 8
+    assert decoder.weight.data_ptr() == table.weight.data_ptr()  # still one tensor
+    batch = collator(features)
+    chosen = batch["labels"].ne(-100).nonzero()[0]
+    batch["labels"][tuple(chosen)] = vocab + 7  # a new token as a target
+    output = model(**batch)
+    assert torch.isfinite(output.loss)
+    logits = output.prediction_logits if getattr(output, "prediction_logits", None) is not None else output.logits
+    assert logits.shape[-1] == vocab + 8
+
+
 @pytest.mark.parametrize("cell", CELLS, ids=cell_id)
 def test_cell_loss_falls_on_a_repeated_batch(cell, corpus, tokenizers):
     recipe, collator, features = setup(cell, corpus, tokenizers)

@@ -81,6 +81,32 @@ def test_loss_is_mlm_plus_sbo_and_counts_normalise():
     assert torch.allclose(counted.mlm_loss, out.mlm_loss / 2) and torch.allclose(counted.sbo_loss, out.sbo_loss / 2)
 
 
+def test_resize_token_embeddings_grows_both_output_layers():
+    """run_mlm.py's `resize_token_embeddings` after adding tokens: the MLM decoder and the SBO decoder follow the
+    word table (tied), and the SBO head's own bias grows with it (zeros for the new words), so both losses run on a
+    new word as the target."""
+    model = tiny_model()
+    vocab = model.config.vocab_size
+    old_bias = model.sbo.bias.detach().clone()
+    model.resize_token_embeddings(vocab + 8)
+    table = model.get_input_embeddings().weight
+    assert model.get_output_embeddings().weight is table and model.sbo.decoder.weight is table
+    assert model.sbo.bias.shape == (vocab + 8,) and torch.equal(model.sbo.bias[:vocab], old_bias)
+    assert not model.sbo.bias[vocab:].any()
+    ids = torch.randint(5, 100, (2, 16), generator=torch.Generator().manual_seed(0))
+    labels = torch.full((2, 16), -100)
+    labels[:, 5:8] = vocab + 7
+    boundaries = torch.zeros(2, 16, 2, dtype=torch.long)
+    boundaries[:, 5:8] = torch.tensor([4, 8])
+    relative = torch.zeros(2, 16, dtype=torch.long)
+    relative[:, 5:8] = torch.arange(3)
+    out = model(
+        input_ids=ids, labels=labels, sbo_labels=labels.clone(), sbo_boundaries=boundaries,
+        sbo_relative_positions=relative,
+    )  # fmt: skip
+    assert torch.isfinite(out.mlm_loss) and torch.isfinite(out.sbo_loss)
+
+
 def test_pretrain_smoke(tmp_path):
     sentences = [
         "The river flows past the old mill. Fishermen wait on the bank at dawn. Birds sing in the tall trees.",

@@ -160,6 +160,8 @@ class ComposedForPreTraining(MaskedObjectives, ReplacedTokenDetection):
             for name, module in masked_lm.named_children():
                 if name != prefix:
                     self.add_module(name, module)  # the family's MLM head, under its own name
+            if hasattr(masked_lm, "legacy"):  # DeBERTa-v2's head layout, read by its output-embedding accessors
+                self.legacy = masked_lm.legacy
             tied.update(masked_lm_class._tied_weights_keys or {})
             if config.span_boundary_objective:
                 table = _get(self.base_model, word_table)
@@ -183,6 +185,30 @@ class ComposedForPreTraining(MaskedObjectives, ReplacedTokenDetection):
             _get(self.base_model, self._gdes_tables[1]).requires_grad_(False)
             if hasattr(self, "gdes_positions"):
                 _get(self.base_model, POSITION_TABLE).requires_grad_(False)
+
+    def get_output_embeddings(self):
+        """The MLM decoder, found as the family's `*ForMaskedLM` finds it (its head modules are ours under the same
+        names), so `resize_token_embeddings` resizes it with the word table; None for replaced-token detection (two
+        networks: resize the exported `generator/` and `discriminator/`)."""
+        if self.rtd:
+            return None
+        return FAMILIES[self.config.model_type][1].get_output_embeddings(self)
+
+    def set_output_embeddings(self, new_embeddings):
+        FAMILIES[self.config.model_type][1].set_output_embeddings(self, new_embeddings)
+
+    # Copied from hf_bertology.models.spanbert.modeling_spanbert.BertologySpanBertForPreTraining.resize_token_embeddings
+    def resize_token_embeddings(self, *args, **kwargs):
+        """transformers' resize; the SBO head's decoder is tied to the word table (resized with it), its own output
+        bias is grown here too (new words get 0, its initial value)."""
+        embeddings = super().resize_token_embeddings(*args, **kwargs)
+        sbo = getattr(self, "sbo", None)
+        if sbo is not None and sbo.bias.shape[0] != embeddings.weight.shape[0]:
+            bias = sbo.bias.new_zeros(embeddings.weight.shape[0])
+            keep = min(len(bias), len(sbo.bias))
+            bias[:keep] = sbo.bias.detach()[:keep]
+            sbo.bias = nn.Parameter(bias)
+        return embeddings
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):

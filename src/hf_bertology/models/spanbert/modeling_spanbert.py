@@ -138,6 +138,18 @@ class BertologySpanBertForPreTraining(BertPreTrainedModel):
         self.cls.predictions.decoder = new_embeddings
         self.cls.predictions.bias = new_embeddings.bias
 
+    def resize_token_embeddings(self, *args, **kwargs):
+        """transformers' resize; the SBO head's decoder is tied to the word table (resized with it), its own output
+        bias is grown here too (new words get 0, its initial value)."""
+        embeddings = super().resize_token_embeddings(*args, **kwargs)
+        sbo = getattr(self, "sbo", None)
+        if sbo is not None and sbo.bias.shape[0] != embeddings.weight.shape[0]:
+            bias = sbo.bias.new_zeros(embeddings.weight.shape[0])
+            keep = min(len(bias), len(sbo.bias))
+            bias[:keep] = sbo.bias.detach()[:keep]
+            sbo.bias = nn.Parameter(bias)
+        return embeddings
+
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
