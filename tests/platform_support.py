@@ -101,3 +101,27 @@ def assert_train_loss_is_the_logged_mean(metrics: dict, log_history: list[dict])
     assert losses and all(math.isfinite(loss) for loss in losses), losses
     mean = sum(losses) / len(losses)
     assert abs(metrics["train_loss"] - mean) <= 1e-3 * abs(mean), (metrics["train_loss"], losses)
+
+
+def tiny_examples(variant: str, corpus, length: int):
+    """(recipe, tokenizer, examples) of `variant`'s tiny recipe without dropout, on a 300-word vocabulary trained on
+    `corpus` (a `load_corpus` dataset), examples of at most `length` tokens."""
+    from hf_bertology.data import build_pretraining_dataset, tokenize_corpus
+
+    recipe = hb.get_recipe(f"{variant}-tiny", **no_dropout(f"{variant}-tiny"))
+    tokenizer = recipe.train_tokenizer(corpus["text"], 300)
+    recipe.adapt_to_tokenizer(tokenizer)
+    examples = build_pretraining_dataset(tokenize_corpus(corpus, tokenizer), tokenizer, recipe.config, length, 0)
+    return recipe, tokenizer, examples
+
+
+def loss_and_grads(model, batch: dict, num_items=None):
+    """One forward and backward of `model` on `batch` from zeroed gradients: (output, every parameter's gradient).
+    The random state is fixed first, so ELECTRA samples the same replacements whatever the batch layout."""
+    import torch
+
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(11)
+    output = model(**batch, num_items_in_batch=num_items)
+    output.loss.backward()
+    return output, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}

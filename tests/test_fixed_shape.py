@@ -19,7 +19,7 @@ from hf_bertology.data import build_pretraining_dataset, load_corpus, tokenize_c
 from hf_bertology.recipes import VARIANTS, get_recipe
 from hf_bertology.training.attention import PACKED_ATTENTION, set_attention
 from hf_bertology.training.trainer import BertologyTrainer
-from platform_support import no_dropout
+from platform_support import loss_and_grads, tiny_examples
 
 PACKABLE = [name for name, spec in VARIANTS.items() if spec.padding_free]
 LENGTH = 48
@@ -31,10 +31,7 @@ def setups(corpus_file):
     out = {}
     corpus = load_corpus(train_files=[str(corpus_file)])
     for variant in PACKABLE:
-        recipe = get_recipe(f"{variant}-tiny", **no_dropout(f"{variant}-tiny"))
-        tokenizer = recipe.train_tokenizer(corpus["text"], 300)
-        recipe.adapt_to_tokenizer(tokenizer)
-        examples = build_pretraining_dataset(tokenize_corpus(corpus, tokenizer), tokenizer, recipe.config, LENGTH, 0)
+        recipe, tokenizer, examples = tiny_examples(variant, corpus, LENGTH)
         lengths = [len(ids) for ids in examples["input_ids"]]
         budget = TokenBudget.for_lengths(lengths, batch_size=6, max_seq_length=LENGTH, rows_per_example_length=2)
         out[variant] = (recipe, recipe.build_collator(tokenizer, seed=3), examples, lengths, budget)
@@ -47,14 +44,6 @@ def _counts(batch):
 
     host = type("Host", (), {"model_accepts_loss_kwargs": True, "args": _Args()})()
     return BertologyTrainer._get_num_items_in_batch(host, [batch], torch.device("cpu"))
-
-
-def _step(model, batch, counts):
-    model.zero_grad(set_to_none=True)
-    torch.manual_seed(11)  # ELECTRA samples its replacements: the same draws in both layouts
-    output = model(**batch, num_items_in_batch=counts)
-    output.loss.backward()
-    return output, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
 def _first_steps(setup, steps):
@@ -88,8 +77,8 @@ def test_fixed_shape_equals_padded(setups, variant):
     model = set_attention(recipe.build_model(), PACKED_ATTENTION).train()
     counts_padded, counts_fixed = _counts(padded), _counts(fixed)
     assert {k: int(v) for k, v in counts_padded.items()} == {k: int(v) for k, v in counts_fixed.items()}
-    out_padded, grads_padded = _step(model, padded, counts_padded)
-    out_fixed, grads_fixed = _step(model, fixed, counts_fixed)
+    out_padded, grads_padded = loss_and_grads(model, padded, counts_padded)
+    out_fixed, grads_fixed = loss_and_grads(model, fixed, counts_fixed)
     for key, value in out_padded.items():
         if torch.is_tensor(value) and value.dim() == 0:
             torch.testing.assert_close(out_fixed[key], value, rtol=1e-5, atol=1e-5, msg=f"{variant} {key}")
@@ -115,7 +104,7 @@ def test_electra_sampled_accuracy_counts_real_targets_only(setups, monkeypatch):
     want = (targets == common).float().mean()
     assert fixed["target_positions"].numel() > targets.numel() and want > 0
     for batch in (padded, fixed):
-        assert _step(model, batch, _counts(batch))[0].sampled_accuracy == pytest.approx(float(want), abs=1e-6)
+        assert loss_and_grads(model, batch, _counts(batch))[0].sampled_accuracy == pytest.approx(float(want), abs=1e-6)
 
 
 @pytest.mark.parametrize("variant", ["bert", "electra", "spanbert"])
@@ -133,8 +122,8 @@ def test_filler_values_change_nothing(setups, variant):
     torch.manual_seed(0)
     model = set_attention(recipe.build_model(), PACKED_ATTENTION).train()
     counts = _counts(fixed)
-    out, grads = _step(model, fixed, counts)
-    out_noisy, grads_noisy = _step(model, noisy, counts)
+    out, grads = loss_and_grads(model, fixed, counts)
+    out_noisy, grads_noisy = loss_and_grads(model, noisy, counts)
     torch.testing.assert_close(out_noisy.loss, out.loss, rtol=1e-5, atol=1e-5)
     for name, grad in grads.items():
         torch.testing.assert_close(grads_noisy[name], grad, rtol=1e-5, atol=1e-5, msg=name)

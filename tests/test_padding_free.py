@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from hf_bertology.collators.flatten import PaddingFreeCollator, flatten_batch
-from hf_bertology.data import build_pretraining_dataset, load_corpus, tokenize_corpus
-from hf_bertology.recipes import VARIANTS, get_recipe
+from hf_bertology.data import load_corpus
+from hf_bertology.recipes import VARIANTS
 from hf_bertology.training.attention import PACKED_ATTENTION, set_attention, use_padding_free
 from hf_bertology.training.trainer import BertologyTrainer, is_count_key
-from platform_support import no_dropout
+from platform_support import loss_and_grads, tiny_examples
 
 PACKABLE = [name for name, spec in VARIANTS.items() if spec.padding_free]
 
@@ -27,25 +27,13 @@ def setups(corpus_file):
     out = {}
     corpus = load_corpus(train_files=[str(corpus_file)])
     for variant in PACKABLE:
-        recipe = get_recipe(f"{variant}-tiny", **no_dropout(f"{variant}-tiny"))
-        tokenizer = recipe.train_tokenizer(corpus["text"], 300)
-        recipe.adapt_to_tokenizer(tokenizer)
-        examples = build_pretraining_dataset(tokenize_corpus(corpus, tokenizer), tokenizer, recipe.config, 48, 0)
+        recipe, tokenizer, examples = tiny_examples(variant, corpus, 48)
         collator = recipe.build_collator(tokenizer, seed=3)
         features = [examples[i] for i in range(6)]
         if len({len(f["input_ids"]) for f in features}) == 1:  # rows packed best-fit come longest first
             features = [examples[i] for i in range(len(examples) - 6, len(examples))]
         out[variant] = (recipe, collator, features)
     return out
-
-
-def _loss_and_grads(model, batch, num_items=None):
-    model.zero_grad(set_to_none=True)
-    torch.manual_seed(11)  # ELECTRA samples its replacements: the same draws in both layouts
-    output = model(**batch, num_items_in_batch=num_items)
-    output.loss.backward()
-    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    return output, grads
 
 
 @pytest.mark.parametrize("variant", PACKABLE)
@@ -71,8 +59,8 @@ def test_padding_free_equals_padded(setups, variant):
     assert {k: int(v) for k, v in counts_padded.items()} == {k: int(v) for k, v in counts_flat.items()}
     assert any(is_count_key(k) for k in counts_flat)
 
-    out_padded, grads_padded = _loss_and_grads(model, padded, counts_padded)
-    out_flat, grads_flat = _loss_and_grads(model, flat, counts_flat)
+    out_padded, grads_padded = loss_and_grads(model, padded, counts_padded)
+    out_flat, grads_flat = loss_and_grads(model, flat, counts_flat)
     for key, value in out_padded.items():
         if torch.is_tensor(value) and value.dim() == 0:
             torch.testing.assert_close(out_flat[key], value, rtol=1e-5, atol=1e-5, msg=f"{variant} {key}")
