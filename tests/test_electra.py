@@ -669,3 +669,15 @@ def test_electra_segments_follow_build_pretraining_dataset():
     single_share = sum(not b for _, _, b, _ in splits) / len(splits)
     assert abs(single_share - 0.1) < 0.015  # 3 sigma at n = 4000
     assert {len(a) for a, _, b, _ in splits if b} <= {60, 70}  # under 62, or one sentence over with p = 0.5
+
+
+@pytest.mark.parametrize("export", ["export_electra", "export_deberta_v3"])
+def test_export_refuses_a_folder_that_is_not_a_joint_checkpoint(export, tmp_path):
+    """A one-network checkpoint (here BERT's) given to a joint export is one error line naming a missing weight, not a
+    plain folder with freshly initialised networks."""
+    from hf_bertology.utils import BertologyError
+
+    hb.get_recipe("bert-tiny").build_model().save_pretrained(tmp_path / "bert")
+    with pytest.raises(BertologyError, match=r"is not a joint (ELECTRA|DeBERTa-v3) checkpoint .*missing e\.g\."):
+        getattr(hb, export)(tmp_path / "bert", tmp_path / "out", "discriminator")
+    assert not (tmp_path / "out").exists()

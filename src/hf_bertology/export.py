@@ -170,27 +170,33 @@ def plain_part(joint, part: str):
     return model
 
 
-def export_electra(checkpoint: str | Path, output_dir: str | Path, part: str = "discriminator") -> Path:
-    """Write the ELECTRA `part` ("discriminator" or "generator") of joint `checkpoint` to `output_dir`."""
-    if part not in ELECTRA_PARTS:
-        raise BertologyError(f"unknown ELECTRA part {part!r}; choose one of {', '.join(ELECTRA_PARTS)}")
+def _export_joint(checkpoint, output_dir, part: str, joint_class, family: str, name: str, optional=()) -> Path:
+    """Write `part` of the joint `joint_class` checkpoint as a plain folder (`plain_part`), with its card; a folder
+    that is not such a checkpoint (a missing key other than the `optional` ones) is one error line."""
     checkpoint, output_dir = Path(checkpoint), Path(output_dir)
     if not (checkpoint / "config.json").is_file():
         raise BertologyError(f"{checkpoint} is not a checkpoint folder (no config.json)")
     try:
-        joint, info = BertologyElectraForPreTraining.from_pretrained(checkpoint, output_loading_info=True)
+        joint, info = joint_class.from_pretrained(checkpoint, output_loading_info=True)
     except Exception as err:
-        raise BertologyError(f"could not load a joint ELECTRA model from {checkpoint} ({err})") from None
-    if info["missing_keys"]:
+        raise BertologyError(f"could not load a joint {name} model from {checkpoint} ({err})") from None
+    missing = set(info["missing_keys"]) - set(optional)
+    if missing:
         raise BertologyError(
-            f"{checkpoint} is not a joint ELECTRA checkpoint written by hf_bertology (missing e.g. "
-            f"{sorted(info['missing_keys'])[0]})"
+            f"{checkpoint} is not a joint {name} checkpoint written by hf_bertology (missing e.g. {sorted(missing)[0]})"
         )
     model = plain_part(joint, part)
-    logger.info("writing the ELECTRA %s (%s) to %s", part, type(model).__name__, output_dir)
+    logger.info("writing the %s %s (%s) to %s", name, part, type(model).__name__, output_dir)
     _write(model, checkpoint, output_dir)
-    _card(output_dir, part, checkpoint, "electra")
+    _card(output_dir, part, checkpoint, family)
     return output_dir
+
+
+def export_electra(checkpoint: str | Path, output_dir: str | Path, part: str = "discriminator") -> Path:
+    """Write the ELECTRA `part` ("discriminator" or "generator") of joint `checkpoint` to `output_dir`."""
+    if part not in ELECTRA_PARTS:
+        raise BertologyError(f"unknown ELECTRA part {part!r}; choose one of {', '.join(ELECTRA_PARTS)}")
+    return _export_joint(checkpoint, output_dir, part, BertologyElectraForPreTraining, "electra", "ELECTRA")
 
 
 EMD_TABLE = "generator.deberta.embeddings.position_embeddings.weight"  # the generator's EMD positions, not in vanilla
@@ -205,24 +211,9 @@ def export_deberta_v3(checkpoint: str | Path, output_dir: str | Path, part: str 
     """Write the DeBERTa-v3 `part` ("discriminator" or "generator") of joint `checkpoint` to `output_dir`."""
     if part not in DEBERTA_V3_PARTS:
         raise BertologyError(f"unknown DeBERTa-v3 part {part!r}; choose one of {', '.join(DEBERTA_V3_PARTS)}")
-    checkpoint, output_dir = Path(checkpoint), Path(output_dir)
-    if not (checkpoint / "config.json").is_file():
-        raise BertologyError(f"{checkpoint} is not a checkpoint folder (no config.json)")
-    try:
-        joint, info = deberta_v3.BertologyDebertaV3ForPreTraining.from_pretrained(checkpoint, output_loading_info=True)
-    except Exception as err:
-        raise BertologyError(f"could not load a joint DeBERTa-v3 model from {checkpoint} ({err})") from None
-    missing = set(info["missing_keys"]) - {EMD_TABLE}  # a checkpoint from before EMD: its networks are complete
-    if missing:
-        raise BertologyError(
-            f"{checkpoint} is not a joint DeBERTa-v3 checkpoint written by hf_bertology (missing e.g. "
-            f"{sorted(missing)[0]})"
-        )
-    model = plain_part(joint, part)
-    logger.info("writing the DeBERTa-v3 %s (%s) to %s", part, type(model).__name__, output_dir)
-    _write(model, checkpoint, output_dir)
-    _card(output_dir, part, checkpoint, "deberta-v3")
-    return output_dir
+    joint_class = deberta_v3.BertologyDebertaV3ForPreTraining
+    # a checkpoint from before EMD: its networks are complete without the generator's EMD positions
+    return _export_joint(checkpoint, output_dir, part, joint_class, "deberta-v3", "DeBERTa-v3", optional=[EMD_TABLE])
 
 
 PARTS = ("discriminator", "generator")
