@@ -294,13 +294,18 @@ def measure(name: str, args: dict) -> list[dict]:
     return rows
 
 
-PLAIN_CLASSES = {"bert": "BertForPreTraining", "roberta": "RobertaForMaskedLM"}
+# transformers' own class for a family whose objective it trains as is (MLM, with NSP for BERT)
+PLAIN_CLASSES = {"bert": "BertForPreTraining", "roberta": "RobertaForMaskedLM", "modernbert": "ModernBertForMaskedLM"}
 
 
-def measure_trainer(name: str, args: dict, which: str) -> dict:
-    """Runs in a fresh process: `args["steps"]` Trainer steps of ours (`which="ours"`; `"fixed"`: fixed-shape
-    token-budget steps) or of plain transformers (`"plain"`: the family's transformers class +
-    `DataCollatorForLanguageModeling` + `Trainer`), same examples."""
+def measure_trainer(
+    name: str, args: dict, which: str, compiled: bool | None = None, prepared=None, flops_cache: dict | None = None
+) -> dict:
+    """`args["steps"]` Trainer steps of ours (`which="ours"`; `"fixed"`: fixed-shape token-budget steps) or of
+    plain transformers (`"plain"`: the family's transformers class + `DataCollatorForLanguageModeling` + `Trainer`),
+    same examples. Run alone it is a fresh process's work; `benchmarks/gpu_slot.py` runs many in one process and
+    passes what they share: `prepared` (`prepare`'s recipe, tokenizer and examples) and `flops_cache` (counted
+    FLOPs per token of ours and of plain, by recipe). `compiled`: default `--compile`, for ours only."""
     import tempfile
 
     import torch
@@ -313,9 +318,10 @@ def measure_trainer(name: str, args: dict, which: str) -> dict:
     from hf_bertology.training.pretrain import PRETRAIN_DEFAULTS, device_defaults, trainer_class
 
     torch.manual_seed(0)
-    cuda = torch.cuda.is_available()
-    recipe, tokenizer, examples, seq_len, batch_size = prepare(name, args)
-    warmup, steps, profiled = 3 if not args["compile"] else 6, args["steps"], args["profile"]
+    cuda = torch.cuda.is_available() and args.get("device") != "cpu"
+    compiled = bool(args["compile"]) and which != "plain" if compiled is None else compiled
+    recipe, tokenizer, examples, seq_len, batch_size = prepared or prepare(name, args)
+    warmup, steps, profiled = 3 if not compiled else 6, args["steps"], args["profile"]
     profile_from = warmup + steps + 1  # the step after the timed ones warms the profiler up (StepProfile)
     last = profile_from + profiled if profiled else warmup + steps
     # Batches to spare: the DataLoader must not run dry inside a measured step (its workers' shutdown is not a step).
@@ -329,7 +335,9 @@ def measure_trainer(name: str, args: dict, which: str) -> dict:
         model = plain_class(config)
         keep = {"input_ids", "token_type_ids"} | ({"next_sentence_label"} if recipe.variant == "bert" else set())
         examples = examples.remove_columns([c for c in examples.column_names if c not in keep])
-        collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
+        # the recipe's own masking rate (ModernBERT's 30%), so both runs predict as many tokens
+        rate = getattr(recipe.build_collator(tokenizer), "mlm_probability", 0.15)
+        collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=rate)
         trainer_cls = Trainer
     else:
         model = recipe.build_model()
@@ -338,9 +346,18 @@ def measure_trainer(name: str, args: dict, which: str) -> dict:
         )
         trainer_cls = trainer_class(recipe.spec.trainer_class)  # BertologyTrainer (XLNet: its subclass)
 
-    batch = collator([examples[i] for i in range(batch_size)])
-    flops, tokens = count_flops(model, [batch])
-    flops_per_token = flops / tokens
+    key = (name, "plain" if which == "plain" else "ours")
+    if flops_cache is not None and key in flops_cache:
+        flops_per_token = flops_cache[key]
+    else:  # one batch's counted FLOPs, on the device that trains (a CPU forward of a base model takes seconds)
+        batch = collator([examples[i] for i in range(batch_size)])
+        device = torch.device("cuda" if cuda else "cpu")
+        batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
+            flops, tokens = count_flops(model.to(device), [batch])
+        flops_per_token = flops / tokens
+        if flops_cache is not None:
+            flops_cache[key] = flops_per_token
     marks: dict[str, float] = {}
     profiles: list[StepProfile] = []  # made after the timed steps
 
@@ -362,6 +379,9 @@ def measure_trainer(name: str, args: dict, which: str) -> dict:
                 if state.global_step == warmup + steps:
                     marks[f"n{state.global_step}"] = sync()
                 marks["peak_mib"] = torch.cuda.max_memory_allocated() / 2**20 if cuda else None
+                # CUDA-graph replays allocate nothing through the allocator: their activations live in the graph's
+                # private pool, counted as reserved, not allocated (docs/speed.md, the peak-memory figure)
+                marks["peak_reserved_mib"] = torch.cuda.max_memory_reserved() / 2**20 if cuda else None
             if state.global_step == warmup and cuda:
                 torch.cuda.reset_peak_memory_stats()
             if profiled and state.global_step == warmup + steps:  # after the timed steps: it does not disturb them
@@ -381,9 +401,9 @@ def measure_trainer(name: str, args: dict, which: str) -> dict:
             bf16=cuda,
             tf32=cuda or None,
             optim="adamw_torch_fused",  # on a CPU too (torch >= 2.4): the stock default
-            torch_compile=bool(args["compile"]) and which != "plain",
+            torch_compile=compiled,
             # static shapes: the compiled step is captured as CUDA graphs
-            **({"torch_compile_mode": "reduce-overhead"} if which == "fixed" and args["compile"] and cuda else {}),
+            **({"torch_compile_mode": "reduce-overhead"} if which == "fixed" and compiled and cuda else {}),
             save_strategy="no",
             logging_steps=10**9,
             report_to="none",
@@ -412,8 +432,7 @@ def measure_trainer(name: str, args: dict, which: str) -> dict:
     peak = device_peak(device_name) if cuda else None
     return {
         "recipe": name,
-        "which": {"fixed": "ours (fixed shape)"}.get(which, which)
-        + (" (compiled)" if args["compile"] and which != "plain" else ""),
+        "which": {"fixed": "ours (fixed shape)"}.get(which, which) + (" (compiled)" if compiled else ""),
         "device": device_name,
         "batch": f"{batch_size}×{seq_len}",
         "padding_free": isinstance(collator, PaddingFreeCollator),
@@ -421,6 +440,8 @@ def measure_trainer(name: str, args: dict, which: str) -> dict:
         "tflops": flops_per_token * real / seconds / 1e12,
         "mfu": flops_per_token * real / seconds / peak if peak else None,
         "peak_mib": marks["peak_mib"],
+        "peak_reserved_mib": marks["peak_reserved_mib"],
+        "flops_per_token": flops_per_token,
         "syncs_per_step": sum(per_step.values()) / steps if args["count_syncs"] else None,
         "sync_sites": {site: n / steps for site, n in per_step.most_common()} if args["count_syncs"] else None,
         "profile": profiles[0].summary() if profiled else None,
