@@ -230,15 +230,15 @@ def speed_markdown(record: dict) -> str:
 
 
 def learn(args: argparse.Namespace) -> int:
-    import torch
-
     from hf_bertology.evaluation import compare
 
-    cuda = torch.cuda.is_available()
     recipe = tiny(args.recipe) if args.smoke else args.recipe
     tasks = [t for t, folder in GLUE_FOLDERS.items() if (Path(args.glue_data_dir) / folder / "train.tsv").is_file()]
     work = Path(args.work_dir) / "compare"
-    pretrain_args = f"--dataloader_num_workers {args.workers}" + (" --torch_compile true" if cuda else "")
+    # eager by default, as `bertology compare` runs; `--compile` where the recipe compiles on the slot's torch
+    pretrain_args = f"--dataloader_num_workers {args.workers}" + (" --torch_compile true" if args.compile else "")
+    if args.pretrain_batch_size:  # the three recipes of the equal-compute question train on one batch size
+        pretrain_args += f" --per_device_train_batch_size {args.pretrain_batch_size}"
     argv = [
         "--recipes", recipe,
         "--output_dir", str(work),
@@ -255,7 +255,7 @@ def learn(args: argparse.Namespace) -> int:
         argv += ["--glue_max_eval_samples", str(args.glue_max_eval_samples)]
     if args.smoke:
         argv += ["--max_train_samples", "256", "--tokenizer_train_samples", "500", "--glue_batch_size", "8"]
-        argv += ["--max_seq_length", "64"]
+    argv += ["--max_seq_length", str(64 if args.smoke else args.max_seq_length)]
     if args.preprocessing_num_workers:
         argv += ["--preprocessing_num_workers", str(args.preprocessing_num_workers)]
     report = Report(args.out, "learn", {"recipe": recipe, "argv": argv, "smoke": args.smoke})
@@ -287,6 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--workers", type=int, default=None, help="DataLoader workers (default 4; smoke 0)")
     parser.add_argument("--recipe", default="electra-small", help="learn: the recipe pretrained")
     parser.add_argument("--flops", type=float, default=None, help="learn: counted training FLOPs (default 1e16)")
+    parser.add_argument("--compile", action="store_true", help="learn: pretrain with --torch_compile (default eager)")
+    parser.add_argument("--max_seq_length", type=int, default=128, help="learn: pretraining length (ELECTRA-small's)")
+    parser.add_argument("--pretrain_batch_size", type=int, default=None, help="learn: default the recipe's")
     parser.add_argument("--train_file", nargs="+", default=[str(SHARED / "corpus")], help="learn: corpus")
     parser.add_argument("--glue_data_dir", default=str(SHARED / "glue"), help="learn: GLUE root folder")
     parser.add_argument("--glue_epochs", type=float, default=None, help="learn: default 2 (smoke 1)")

@@ -289,3 +289,16 @@ def test_pretrain_computes_accuracies_at_logged_steps_only(tmp_path, corpus_file
     assert [log["step"] for log in logs] == [2, 4]
     for log in logs:
         assert {"mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy"} <= log.keys(), log
+
+
+def test_keyed_noise_compiled_form_is_the_same(monkeypatch):
+    """Under `torch.compile` the noise's counters enter as a sum, `(key * golden^-1 + v) * golden`, not as the
+    product `v * golden` that Inductor on torch <= 2.11 folds into int32 index arithmetic (a Triton compile error
+    for ELECTRA-small on an H200, docs/speed.md): the same 64-bit values, bit for bit."""
+    from hf_bertology.models.electra.modeling_electra import keyed_uniform
+
+    g = torch.Generator().manual_seed(0)
+    keys = torch.cat([torch.randint(-(2**62), 2**62, (300,), generator=g), torch.tensor([0, -1, 2**63 - 1, -(2**63)])])
+    eager = keyed_uniform(keys, 4099)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert torch.equal(keyed_uniform(keys, 4099), eager)

@@ -28,12 +28,18 @@ def keyed_uniform(keys: torch.Tensor, size: int) -> torch.Tensor:
     counter, as hf_bertology's collators draw their masks), so the noise of an example's token does not depend on
     the process, the batch or the random state; 24 random bits, exact in float32."""
     golden, mix1, mix2 = -7046029254386353131, -4658895280553007687, -7723592293110705685  # SplitMix64's, signed
+    golden_inverse = -1018231460777725123  # golden * golden_inverse = 1 (mod 2**64): golden is odd
 
     def shift(x: torch.Tensor, bits: int) -> torch.Tensor:  # logical right shift of int64 (`>>` keeps the sign)
         return (x >> bits) & ((1 << (64 - bits)) - 1)
 
     counters = torch.arange(1, size + 1, device=keys.device)
-    x = torch.add(keys[:, None], counters, alpha=golden)  # (M, size): key + v * golden, wrapping int64
+    if torch.compiler.is_compiling():  # the same values as (key * golden_inverse + v) * golden: no index times a
+        # 64-bit constant, which Inductor (torch <= 2.11) folds into int32 index arithmetic that Triton refuses
+        # (pytorch #183901); one operation more, which the compiled kernel fuses away
+        x = torch.add(counters, keys[:, None], alpha=golden_inverse).mul_(golden)
+    else:
+        x = torch.add(keys[:, None], counters, alpha=golden)  # (M, size): key + v * golden, wrapping int64
     x = (x ^ shift(x, 30)) * mix1
     x = (x ^ shift(x, 27)) * mix2
     # SplitMix64's last step, x ^ (x >>> 31), leaves bits 40-63 as they are, and only those are kept: skipped.
