@@ -102,8 +102,7 @@ def fill_by_name(model, state: dict, prefix: str, rename: dict[str, str] | None 
     model's (seeded) initialisation."""
 
     def source(name: str) -> str:
-        old = next((old for old in rename or {} if name.startswith(old)), None)
-        return prefix + (rename[old] + name[len(old) :] if old is not None else name)
+        return _joint_name(name, prefix, rename)
 
     wanted = {name: state[source(name)] for name in model.state_dict() if source(name) in state}
     absent = [n for n in model.state_dict() if n not in wanted and not any(u in f".{n}" for u in UNTRAINED)]
@@ -134,9 +133,10 @@ DEBERTA_V3_LEGACY_HEAD = {
 }
 
 
-def plain_part(joint, part: str):
-    """Network `part` ("discriminator" or "generator") of a loaded joint model (ELECTRA, DeBERTa-v3 or an RTD
-    objective on another encoder) as the plain `transformers` class a user loads, with its weights."""
+def part_layout(joint, part: str):
+    """(plain class, plain config, prefix of its weights in the joint model, renames) of network `part`
+    ("discriminator" or "generator") of a joint model: the one map by which `plain_part` writes a part and
+    `load_parts` reads one."""
     if part not in PARTS:
         raise BertologyError(f"unknown part {part!r}; choose one of {', '.join(PARTS)}")
     rename = None
@@ -155,10 +155,25 @@ def plain_part(joint, part: str):
         else:  # the family's base model
             model_class, config, prefix = type(joint.base_model), joint.config, f"{joint.base_model_prefix}."
         config = _plain_config(config, family_config)
+        if part == "generator":  # its output layer is its word table (untied in the joint only to tie it there)
+            config.tie_word_embeddings = True
         if part == "generator" and config.model_type == "deberta-v2":
             config.legacy = True  # see DEBERTA_V3_LEGACY_HEAD (a composed generator is built with the default)
     else:
         raise BertologyError(f"{type(joint).__name__} has no generator and discriminator")
+    return model_class, config, prefix, rename
+
+
+def _joint_name(name: str, prefix: str, rename: dict[str, str] | None) -> str:
+    """Where the plain part's weight `name` lives in the joint model."""
+    old = next((old for old in rename or {} if name.startswith(old)), None)
+    return prefix + (rename[old] + name[len(old) :] if old is not None else name)
+
+
+def plain_part(joint, part: str):
+    """Network `part` ("discriminator" or "generator") of a loaded joint model (ELECTRA, DeBERTa-v3 or an RTD
+    objective on another encoder) as the plain `transformers` class a user loads, with its weights."""
+    model_class, config, prefix, rename = part_layout(joint, part)
     model = _seeded(lambda: model_class(config))
     state = joint.state_dict()
     if isinstance(joint, BertologyElectraForPreTraining) and part == "discriminator":
@@ -168,6 +183,46 @@ def plain_part(joint, part: str):
     if left_out:
         logger.info("the plain %s has no place for %s", model_class.__name__, ", ".join(left_out[:5]))
     return model
+
+
+def load_parts(joint, discriminator, generator) -> list[str]:
+    """Start the joint model from two released networks (plain models), the inverse of `plain_part`: each plain
+    weight goes where `plain_part` takes it from. A table the joint model shares between its networks (ELECTRA's
+    embeddings, DeBERTa's ES) takes the discriminator's values, as the official code holds one table; under GDES
+    the generator keeps its table and Δ is set to the discriminator's minus it. Returns the joint model's weights
+    that neither part holds (they keep their initialisation: a head the release does not ship)."""
+    params = joint.state_dict(keep_vars=True)
+    values, owner = {}, {}
+    for part, plain in (("generator", generator), ("discriminator", discriminator)):  # the discriminator's last
+        _, _, prefix, rename = part_layout(joint, part)
+        for name, value in plain.state_dict().items():
+            key = _joint_name(name, prefix, rename)
+            if key in params:
+                values[key], owner[key] = value, part
+    tied: dict[int, list[str]] = {}
+    for key, param in params.items():
+        tied.setdefault(id(param), []).append(key)
+    differ = []
+    for keys in tied.values():  # one tensor under several names: the discriminator's value for all of them
+        given = [k for k in keys if k in values]
+        chosen = next((k for k in given if owner[k] == "discriminator"), given[0] if given else None)
+        if chosen is None or len(keys) == 1:
+            continue
+        differ += [k for k in given if not torch.equal(values[k], values[chosen])]
+        values.update(dict.fromkeys(keys, values[chosen]))
+    if differ:
+        logger.info(
+            "the generator's %s differ from the discriminator's: the joint model shares the "
+            "discriminator's, as the official code does",
+            ", ".join(sorted(differ)[:3]),
+        )
+    with torch.no_grad():
+        joint.load_state_dict(values, strict=False)
+        for slot, table, delta in getattr(joint, "gdes_pairs", list)():
+            delta.copy_(slot - table)  # E_G + Δ = E_D, within an fp32 rounding (docs/pretraining.md)
+    initialised = {k for k in params if k not in values}
+    initialised -= {f"{name}.delta" for name, m in joint.named_modules() if hasattr(m, "delta")}  # set just above
+    return sorted(initialised)
 
 
 def _export_joint(checkpoint, output_dir, part: str, joint_class, family: str, name: str, optional=()) -> Path:

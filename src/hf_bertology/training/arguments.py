@@ -41,6 +41,13 @@ class ModelArguments:
         default=None,
         metadata={"help": "Continue pretraining from this checkpoint (a folder we wrote, or a vanilla one)."},
     )
+    generator_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "Two-network recipes (ELECTRA, DeBERTa-v3, an RTD objective on another encoder): the released "
+            "generator, with --model_name_or_path the released discriminator; the joint model starts from both."
+        },
+    )
     config_name: str | None = field(default=None, metadata={"help": "Config (folder or json) to start from scratch."})
     tokenizer_name: str | None = field(
         default=None,

@@ -11,7 +11,7 @@ from pathlib import Path
 import datasets
 from transformers import AutoTokenizer, TrainingArguments
 
-from ..export import joint_config
+from ..export import joint_config, load_parts, part_layout
 from ..recipes import (
     BACKBONES,
     VARIANTS,
@@ -95,6 +95,11 @@ def build_recipe(model_args: ModelArguments) -> Recipe:
     if model_args.recipe:
         recipe = get_recipe(model_args.recipe, backbone=model_args.backbone, **overrides)
     elif source and checkpoint_variant(source) is not None:
+        if model_args.generator_name_or_path:
+            raise BertologyError(
+                f"{source} is a checkpoint of ours, which holds its generator: leave out "
+                "--generator_name_or_path (it is for two released networks)"
+            )
         variant, backbone = checkpoint_variant(source), checkpoint_backbone(source)
         config_class = BACKBONES[backbone].config_class if backbone else variant.config_class
         config, unused = config_class.from_pretrained(source, return_unused_kwargs=True, **overrides)
@@ -110,15 +115,101 @@ def build_recipe(model_args: ModelArguments) -> Recipe:
         raise BertologyError("give --recipe NAME (or --model_name_or_path of a checkpoint written by hf_bertology)")
     if source:
         check_family(source, recipe)
-        try:
-            recipe.config = recipe.config_class.from_pretrained(source, **overrides)
-        except OSError as err:  # not a folder, and not on the Hub (or offline)
-            raise BertologyError(
-                f"{source}: no such folder, and no model of that name could be loaded from the Hub "
-                f"({str(err).strip().splitlines()[0]})"
-            ) from None
+        recipe.config = continued_config(recipe, source, overrides)
+    if model_args.generator_name_or_path:
+        fit_generator(recipe, model_args)
     check_config(recipe.config, f"--recipe {recipe.name}")
     return recipe
+
+
+def _read_config(source: str, config_class) -> dict:
+    try:
+        return config_class.get_config_dict(source)[0]
+    except OSError as err:  # not a folder, and not on the Hub (or offline)
+        raise BertologyError(
+            f"{source}: no such folder, and no model of that name could be loaded from the Hub "
+            f"({str(err).strip().splitlines()[0]})"
+        ) from None
+
+
+def continued_config(recipe: Recipe, source: str, overrides: dict):
+    """The config of a run continued from `source`: its architecture (every field its config.json has), the
+    recipe's objective settings for the fields it lacks (a released checkpoint has none: ELECTRA-large's 25%
+    masking is the preset's, not the config class's default), `--config_overrides` over both."""
+    saved = _read_config(source, recipe.config_class)
+    family = next(c for c in type(recipe.config).__mro__ if c.__module__.startswith("transformers."))
+    # the architecture as plain transformers reads `source` (a field it lacks: the family class's default, not ours)
+    fields = {key: value for key, value in family().to_dict().items() if key not in saved}
+    fields.update(
+        (key, value)
+        for key, value in recipe.config.to_dict().items()
+        if key not in saved and key not in fields and key != "auto_map"
+    )
+    return recipe.config_class.from_dict({**fields, **saved, **overrides})
+
+
+def two_networks(recipe: Recipe) -> bool:
+    return bool(
+        recipe.spec.parts.get("replaced_token_detection") or getattr(recipe.config, "replaced_token_detection", False)
+    )
+
+
+ARCHITECTURE_FIELDS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_hidden_layers",
+    "embedding_size",
+)
+
+
+def fit_generator(recipe: Recipe, model_args: ModelArguments) -> None:
+    """Size the recipe's generator as the released one (`--generator_name_or_path`): the official code derives it
+    from the discriminator (ELECTRA: a fraction of the width; DeBERTa-v3: of the depth), so the released one says
+    which fraction. Mismatches the joint model cannot hold are one error line."""
+    generator = model_args.generator_name_or_path
+    if not two_networks(recipe):
+        raise BertologyError(
+            f"--generator_name_or_path is for recipes with two networks (ELECTRA, DeBERTa-v3, electra@… and "
+            f"deberta-v3@… cells); --recipe {recipe.name} trains one"
+        )
+    if not model_args.model_name_or_path:
+        raise BertologyError("--generator_name_or_path needs --model_name_or_path: the released discriminator")
+    released = _read_config(generator, recipe.config_class)
+    config = recipe.config
+    if released.get("model_type") not in (config.model_type, None):
+        raise BertologyError(
+            f"{generator} is a {released.get('model_type')!r} model, the discriminator a {config.model_type!r} one"
+        )
+    if released.get("vocab_size") != config.vocab_size:
+        raise BertologyError(
+            f"the generator's vocabulary ({released.get('vocab_size')} tokens, {generator}) differs from the "
+            f"discriminator's ({config.vocab_size}, {model_args.model_name_or_path}): they must share one tokenizer"
+        )
+    width = released.get("hidden_size", config.hidden_size) / config.hidden_size
+    depth = released.get("num_hidden_layers", config.num_hidden_layers) / config.num_hidden_layers
+    if hasattr(config, "generator_hidden_fraction"):
+        config.generator_hidden_fraction = width
+    if hasattr(config, "generator_layers_fraction"):
+        config.generator_layers_fraction = depth
+    if hasattr(config, "generator_num_hidden_layers"):
+        config.generator_num_hidden_layers = released.get("num_hidden_layers")
+
+
+def _check_part(part: str, path: str, built, released) -> None:
+    differ = [
+        f"{key} {getattr(released, key, None)} (the recipe's {getattr(built, key, None)})"
+        for key in ARCHITECTURE_FIELDS
+        if getattr(released, key, None) != getattr(built, key, None)
+    ]
+    if differ:
+        raise BertologyError(f"the {part} {path} has another shape than the recipe derives: {', '.join(differ)}")
+
+
+def _heads(keys: list[str]) -> str:
+    """`cls.predictions.dense.weight, cls.predictions.bias, …` as `cls.predictions.*, …`: a line, not a table."""
+    groups = dict.fromkeys(".".join(key.split(".")[:2]) + ".*" if key.count(".") > 1 else key for key in sorted(keys))
+    return ", ".join(groups)
 
 
 NO_POSITION_TABLE = 1 << 30  # `max_positions` of a model with relative positions (XLNet)
@@ -218,13 +309,41 @@ def settle_recipe(recipe: Recipe, tokenizer, data_args: DataArguments, model_arg
 
 
 def build_model(recipe: Recipe, model_args: ModelArguments):
-    """The pretraining model: the recipe's, freshly initialised, or `--model_name_or_path` with the recipe's config."""
+    """The pretraining model: the recipe's, freshly initialised, or `--model_name_or_path` with the recipe's config
+    (and `--generator_name_or_path`: a joint model from the two released networks, `export.load_parts`). What the
+    checkpoints do not hold (a head the release does not ship) is initialised and named in one line."""
+    source, generator = model_args.model_name_or_path, model_args.generator_name_or_path
     try:
-        if model_args.model_name_or_path:
-            model = recipe.model_class.from_pretrained(model_args.model_name_or_path, config=recipe.config)
-        else:
+        if generator:
             model = recipe.build_model()
+            parts = {}
+            for part, path in (("discriminator", source), ("generator", generator)):
+                model_class, config, _, _ = part_layout(model, part)
+                parts[part] = _quietly(model_class.from_pretrained, path)
+                _check_part(part, path, config, parts[part].config)
+            missing = load_parts(model, parts["discriminator"], parts["generator"])
+        elif source:
+            model, info = _quietly(
+                recipe.model_class.from_pretrained, source, config=recipe.config, output_loading_info=True
+            )
+            missing = info["missing_keys"]
+        else:
+            model, missing = recipe.build_model(), []
     except ValueError as err:  # transformers' modules check their config as they are built (a generator's too)
         raise BertologyError(f"cannot build the model of --recipe {recipe.name}: {str(err).splitlines()[0]}") from None
+    if missing:
+        logger.info("initialised (not in %s): %s", " or ".join(filter(None, (source, generator))), _heads(missing))
     logger.info("%s: %s parameters", type(model).__name__, f"{model.num_parameters():,}")
     return model
+
+
+def _quietly(load, *args, **kwargs):
+    """A transformers load without its multi-line load report: what it initialised is our one line."""
+    import transformers
+
+    level = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    try:
+        return load(*args, **kwargs)
+    finally:
+        transformers.logging.set_verbosity(level)

@@ -137,6 +137,15 @@ class ReplacedTokenDetection:
             self.register_state_dict_post_hook(_merge_gdes)
         return tied
 
+    def gdes_pairs(self) -> list[tuple[nn.Parameter, nn.Parameter, nn.Parameter]]:
+        """(the discriminator's saved table, the generator's table, Δ) of each table GDES shares (`_merge_gdes`)."""
+        if self.config.embedding_sharing != "gdes":
+            return []
+        names = [(self._gdes_tables[1], self.gdes)]
+        if hasattr(self, "gdes_positions"):
+            names.append((POSITION_TABLE, self.gdes_positions))
+        return [(_get(self.base_model, n), _get(self.generator.base_model, n), gdes.delta) for n, gdes in names]
+
     def discriminate(self, input_ids: torch.Tensor, **inputs):
         """The discriminator backbone's outputs on `input_ids` (under GDES, on sg(E_G) + Δ)."""
         if self.config.embedding_sharing == "gdes":

