@@ -161,6 +161,20 @@ def test_deberta_v3_starts_from_both_released_parts(tmp_path, corpus_file):
     assert json.loads((run / "config.json").read_text())["generator_num_hidden_layers"] == 1
 
 
+def test_deberta_v3_from_the_discriminator_alone_keeps_its_table(tmp_path, corpus_file):
+    """Only xsmall's and large's generators were released: from the discriminator alone the generator starts
+    fresh, and GDES's Δ is set against it, so the discriminator still reads its released table (E_G + Δ = E_D)."""
+    recipe = hb.get_recipe("deberta-v3-tiny")
+    from hf_bertology.data.corpus import load_corpus
+
+    tokenizer = recipe.train_tokenizer(load_corpus(train_files=[str(corpus_file)])["text"], 300)
+    disc, _ = released_deberta(tmp_path, tokenizer)
+    assert continue_run(tmp_path, corpus_file, "deberta-v3-tiny", "--model_name_or_path", str(disc)) == 0
+    run = tmp_path / "run"
+    generator_table = tensors(run / "generator")["deberta.embeddings.word_embeddings.weight"]
+    assert_same_tensors(run / "discriminator", disc, inexact={"embeddings.word_embeddings.weight": generator_table})
+
+
 def test_rtd_cell_starts_from_both_released_parts(tmp_path, corpus_file, roberta_tokenizer, capsys):
     """An RTD objective on another encoder (DeBERTa-v3's, GDES, on RoBERTa): a released `RobertaModel` and a
     half-depth `RobertaForMaskedLM` generator; the word and position tables rebuilt as E_G + Δ, the rest exact;
@@ -206,9 +220,56 @@ def test_bert_continues_from_minilm_keeping_encoder_and_tokenizer(tmp_path, corp
     assert vocabulary(run) == vocabulary(minilm) and len(vocabulary(run)) == 30522
 
 
+# recipe -> the transformers class its family's releases are (bert-base-uncased, roberta-base, SpanBERT's
+# spanbert-base-cased, albert-base-v2, xlnet-base-cased, answerdotai/ModernBERT-base)
+RELEASES = {
+    "bert-tiny": "BertForPreTraining",
+    "roberta-tiny": "RobertaForMaskedLM",
+    "spanbert-tiny": "BertModel",
+    "albert-tiny": "AlbertForMaskedLM",
+    "xlnet-tiny": "XLNetLMHeadModel",
+    "modernbert-tiny": "ModernBertForMaskedLM",
+}
+
+
+@pytest.mark.parametrize("recipe", sorted(RELEASES))
+def test_every_family_continues_from_its_release(tmp_path, corpus_file, texts, capsys, recipe):
+    """A folder laid out as the family's release (the plain class, `save_pretrained`, its own tokenizer): with lr 0
+    the run keeps every released tensor and the tokenizer (none trained); the heads it lacks are one line."""
+    import transformers
+
+    from hf_bertology.export import _plain_config
+
+    settled = hb.get_recipe(recipe)
+    tokenizer = settled.train_tokenizer(texts * 3, 300)
+    settled.adapt_to_tokenizer(tokenizer)
+    plain_class = getattr(transformers, RELEASES[recipe])
+    config = _plain_config(settled.config, plain_class.config_class)
+    released = save(perturbed(plain_class(config), 3), tokenizer, tmp_path / "release")
+    capsys.readouterr()
+    assert continue_run(tmp_path, corpus_file, recipe, "--model_name_or_path", str(released)) == 0
+    err = capsys.readouterr().err
+    assert "trained" not in err.lower().replace("pretrained", "") or "tokenizer" not in err.lower(), err
+    written, want = tensors(tmp_path / "run"), tensors(released)
+    prefix = plain_class.base_model_prefix + "."
+    found = {name: written.get(name, written.get(prefix + name)) for name in want}
+    assert all(value is not None for value in found.values()), [n for n, v in found.items() if v is None]
+    for name, value in want.items():
+        assert torch.equal(found[name], value), name
+    assert vocabulary(tmp_path / "run") == vocabulary(released)
+    assert sum("initialised" in line for line in err.splitlines()) <= 1
+    # the objective's settings are the recipe's (the release has none): as a run from scratch at this length has them
+    scratch = hb.get_recipe(recipe)
+    scratch.fit_to_length(64)
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    family = set(plain_class.config_class().to_dict())
+    objective = {k: v for k, v in scratch.config.to_dict().items() if k not in family and k != "auto_map"}
+    assert objective and {k: saved.get(k) for k in objective} == objective
+
+
 @pytest.mark.parametrize(
     "case",
-    ["generator vocabulary", "single-network recipe", "other family", "generator without discriminator"],
+    ["generator vocabulary", "single-network recipe", "other family", "generator without discriminator", "too long"],
 )
 def test_bad_combinations_are_one_line(tmp_path, corpus_file, bert_tokenizer, capsys, case):
     disc, gen = released_electra(tmp_path, bert_tokenizer)
@@ -223,9 +284,15 @@ def test_bad_combinations_are_one_line(tmp_path, corpus_file, bert_tokenizer, ca
         expected = "two networks"
     elif case == "other family":
         flags, expected = ("roberta-tiny", "--model_name_or_path", disc), "is a 'electra' model"
+    elif case == "too long":  # --max_seq_length 64 against a release with 32 positions
+        bert = save(BertModel(BertConfig(vocab_size=len(bert_tokenizer), hidden_size=64, num_hidden_layers=1,
+                                         num_attention_heads=1, intermediate_size=128, max_position_embeddings=32)),
+                    bert_tokenizer, tmp_path / "bert")  # fmt: skip
+        flags, expected = ("bert-tiny", "--model_name_or_path", bert), "exceeds the model's 32 positions"
     else:
         flags, expected = ("electra-tiny", "--generator_name_or_path", gen), "needs --model_name_or_path"
     capsys.readouterr()  # the fixtures' progress bars
     assert continue_run(tmp_path, corpus_file, *map(str, flags)) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error:") and expected in err[0], err
+    err = capsys.readouterr().err.strip().splitlines()  # (progress bars may come first, on stderr too)
+    errors = [line for line in err if line.startswith("error:")]
+    assert errors == err[-1:] and expected in errors[0], err

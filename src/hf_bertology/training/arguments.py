@@ -285,6 +285,11 @@ def training_arguments(
         **recipe.training_defaults,
         **launcher_defaults(explicit),
     }
+    learning_rate = training_args.learning_rate if "learning_rate" in explicit else defaults.get("learning_rate")
+    if learning_rate == 0:  # nothing moves whatever the schedule; polynomial decay (SpanBERT) and StableAdamW's
+        # decoupled decay (ModernBERT) divide by the peak and refuse 0: the same no-op, constant and without decay
+        defaults.update(lr_scheduler_type="constant", weight_decay=0.0)
+        explicit = explicit - {"lr_scheduler_type", "weight_decay"}
     training_args = keep_token_out_of_files(fit_warmup(apply_defaults(training_args, defaults, explicit)))
     check_world_size(training_args)
     return training_args

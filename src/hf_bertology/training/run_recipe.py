@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import datasets
+import torch
 from transformers import AutoTokenizer, TrainingArguments
 
 from ..export import joint_config, load_parts, part_layout
@@ -327,6 +328,10 @@ def build_model(recipe: Recipe, model_args: ModelArguments):
                 recipe.model_class.from_pretrained, source, config=recipe.config, output_loading_info=True
             )
             missing = info["missing_keys"]
+            if any(key.endswith(".delta") or key == "delta" for key in missing):  # a released discriminator alone:
+                with torch.no_grad():  # under GDES its table is E_G + Δ, so Δ = E_D - E_G for the fresh generator
+                    for slot, table, delta in model.gdes_pairs():
+                        delta.copy_(slot - table)
         else:
             model, missing = recipe.build_model(), []
     except ValueError as err:  # transformers' modules check their config as they are built (a generator's too)
