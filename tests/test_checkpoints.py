@@ -226,6 +226,66 @@ def test_a_finished_run_stays_finished(tmp_path, tokenizer_dir, capsys):
     assert json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())["global_step"] == 6
 
 
+def finished_run_without_a_resumable_checkpoint(tmp_path, tokenizer_dir, damage) -> tuple[Path, bytes]:
+    out = tmp_path / "out"
+    assert cli.main(argv(tokenizer_dir, out, 4)) == 0
+    for checkpoint in checkpoints.list_checkpoints(out):
+        damage(checkpoint)
+    return out, (out / "model.safetensors").read_bytes()
+
+
+def assert_refused_and_kept(out: Path, weights: bytes, err: str, *said: str) -> str:
+    assert "Traceback" not in err and "training from scratch" not in err, err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith(f"error: {out} holds a finished model (model.safetensors, all_results.json)"), err
+    for words in ("--resume_from_checkpoint last would train from scratch", "--overwrite_output_dir", *said):
+        assert words in line, (words, line)
+    assert (out / "model.safetensors").read_bytes() == weights
+    assert [p.name for p in checkpoints.list_checkpoints(out)] == ["checkpoint-2", "checkpoint-4"]
+    return line
+
+
+def test_a_finished_model_is_not_trained_away_when_no_checkpoint_verifies(tmp_path, tokenizer_dir, capsys):
+    """Issue 40, item 1 (before: the skip lines, a run from scratch with exit 0, and the finished model replaced):
+    every checkpoint damaged, the README's resume line refuses in one line naming each; --overwrite_output_dir
+    starts over."""
+    out, weights = finished_run_without_a_resumable_checkpoint(
+        tmp_path, tokenizer_dir, lambda c: garble(c / "model.safetensors")
+    )
+    capsys.readouterr()
+    assert cli.main(argv(tokenizer_dir, out, 4, "--resume_from_checkpoint", "last")) == 2
+    line = assert_refused_and_kept(out, weights, capsys.readouterr().err)
+    assert re.search(
+        r"\(checkpoint-4: model.safetensors changed after .*; checkpoint-2: model.safetensors changed", line
+    )
+    assert "older hf_bertology" not in line, line
+    assert cli.main(argv(tokenizer_dir, out, 4, "--resume_from_checkpoint", "last", "--overwrite_output_dir")) == 0
+    assert verify(out / "checkpoint-2") is None and verify(out / "checkpoint-4") is None  # trained again
+
+
+def test_an_older_versions_checkpoints_do_not_replace_its_finished_model(tmp_path, tokenizer_dir, capsys):
+    """Issue 40, item 1: a run finished by a version whose markers carry no digests (or that wrote none), resumed
+    after an upgrade: refused in one line that names those checkpoints as an older version's and how to go on."""
+
+    def old_marker(checkpoint: Path) -> None:
+        (checkpoint / MARKER).write_text(json.dumps({"global_step": checkpoints.step_of(checkpoint)}))
+
+    out, weights = finished_run_without_a_resumable_checkpoint(tmp_path, tokenizer_dir, old_marker)
+    (out / "checkpoint-2" / MARKER).unlink()  # older still: no marker at all
+    capsys.readouterr()
+    assert cli.main(argv(tokenizer_dir, out, 4, "--resume_from_checkpoint", "last")) == 2
+    line = assert_refused_and_kept(
+        out,
+        weights,
+        capsys.readouterr().err,
+        f"checkpoint-4: its {MARKER} lists no file digests (written by an older hf_bertology)",
+        "checkpoint-2: no completion marker",
+        "checkpoint-4, checkpoint-2 may be an older hf_bertology's (no digests): resume with that version, or "
+        f"start from its weights with --model_name_or_path {out / 'checkpoint-4'}",
+    )
+    assert f"--model_name_or_path {out} with another --output_dir" in line, line
+
+
 # -- 9, 10: a full disk, file modes ---------------------------------------------------------------------------------
 def test_disk_full_during_a_save_is_one_line_and_keeps_the_last_checkpoint(
     tmp_path, tokenizer_dir, capsys, monkeypatch
