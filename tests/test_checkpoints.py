@@ -9,6 +9,7 @@ stays finished; a full disk during a save is one line; weights get the umask's m
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 import re
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 import hf_bertology as hb
@@ -309,6 +311,123 @@ def test_disk_full_during_a_save_is_one_line_and_keeps_the_last_checkpoint(
     monkeypatch.setattr(torch, "save", save)
     assert cli.main(argv(tokenizer_dir, out, 6, "--resume_from_checkpoint", "last")) == 0
     assert last_complete_checkpoint(out) == out / "checkpoint-6"
+
+
+ENOSPC = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+TORCH_STOPPED = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")  # as torch.save
+SAFETENSORS_STOPPED = SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+
+def half_written(path, data: bytes, error: BaseException):
+    """A write the disk stops part-way: half the bytes land in `path`, then the writer's own error."""
+    with open(path, "wb") as handle:
+        handle.write(data[: len(data) // 2])
+    raise error
+
+
+def stop_torch_save(monkeypatch, where: str) -> None:
+    save = torch.save
+
+    def stopped(obj, f, *args, **kwargs):
+        if where in str(f):
+            buffer = io.BytesIO()
+            save(obj, buffer, *args, **kwargs)
+            half_written(f, buffer.getvalue(), TORCH_STOPPED)
+        return save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", stopped)
+
+
+def stop_weights(monkeypatch, where) -> None:
+    """`where(path)`: whether the disk is full for the weights written to path."""
+    import transformers.modeling_utils as modeling_utils
+    from safetensors.torch import save
+
+    write = modeling_utils.safe_save_file
+
+    def stopped(tensors, filename, *args, **kwargs):
+        if where(str(filename)):
+            half_written(filename, save(tensors), SAFETENSORS_STOPPED)
+        return write(tensors, filename, *args, **kwargs)
+
+    monkeypatch.setattr(modeling_utils, "safe_save_file", stopped)
+
+
+@pytest.mark.parametrize("writer", ["optimizer", "weights"])
+def test_a_write_stopped_part_way_in_a_checkpoint_is_one_line(tmp_path, tokenizer_dir, capsys, monkeypatch, writer):
+    """Issue 40, item 2: the disk fills while torch.save writes the optimizer state (its RuntimeError, not an
+    OSError) or safetensors the weights (its SafetensorError); before: a traceback, exit 1."""
+    out = tmp_path / "out"
+    if writer == "optimizer":
+        stop_torch_save(monkeypatch, f"checkpoint-4{os.sep}optimizer.pt")
+    else:
+        stop_weights(monkeypatch, lambda path: path.endswith(f"checkpoint-4{os.sep}model.safetensors"))
+    assert cli.main(argv(tokenizer_dir, out, 6)) == 2
+    err = capsys.readouterr().err
+    line = next(line for line in err.splitlines() if line.startswith("error:"))
+    assert "Traceback" not in err and line.startswith("error: could not save checkpoint-4 (a write stopped part-way:")
+    said = "unexpected pos 576 vs 534" if writer == "optimizer" else "No space left on device (os error 28)"
+    assert said in line and "the previous complete checkpoint, checkpoint-2, is intact" in line, line
+    assert last_complete_checkpoint(out) == out / "checkpoint-2" and not (out / "checkpoint-4").exists()
+    assert not (out / "model.safetensors").exists() and not (out / "config.json").exists()
+    monkeypatch.undo()
+    assert cli.main(argv(tokenizer_dir, out, 6, "--resume_from_checkpoint", "last")) == 0
+    assert last_complete_checkpoint(out) == out / "checkpoint-6"
+
+
+FINAL_FILES = ("config.json", "model.safetensors", "README.md", "all_results.json", "tokenizer.json")
+
+
+def stop_final_write(monkeypatch, writer: str) -> None:
+    """The disk fills while the final folder's weights, card or results are written (wherever they are written)."""
+    if writer == "weights":
+        return stop_weights(monkeypatch, lambda path: "checkpoint-" not in path)
+    if writer == "card":
+        write_text = Path.write_text
+
+        def stopped(self, data, *args, **kwargs):
+            if self.name == "README.md":  # only final folders have cards
+                half_written(self, data.encode(), OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self)))
+            return write_text(self, data, *args, **kwargs)
+
+        return monkeypatch.setattr(Path, "write_text", stopped)
+    dump = json.dump
+
+    def stopped_dump(obj, handle, *args, **kwargs):
+        if str(getattr(handle, "name", "")).endswith("all_results.json"):
+            handle.write(json.dumps(obj)[:20])
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), handle.name)
+        return dump(obj, handle, *args, **kwargs)
+
+    monkeypatch.setattr(json, "dump", stopped_dump)
+
+
+@pytest.mark.parametrize("writer", ["weights", "card", "results"])
+def test_a_full_disk_while_writing_the_final_folder_leaves_the_old_one_whole(
+    tmp_path, tokenizer_dir, capsys, monkeypatch, writer
+):
+    """Issue 40, item 2: before, a full disk while the final folder was written was a traceback (exit 1) that left
+    `config.json` and the modeling files at the top level without weights: a folder that looks like a model and is
+    not. Now the folder is written aside and moved in whole: one line, exit 2, the earlier final folder byte for
+    byte as it was, and the same line run again (disk freed) writes the new one from the last checkpoint."""
+    out = tmp_path / "out"
+    assert cli.main(argv(tokenizer_dir, out, 4)) == 0
+    before = {name: (out / name).read_bytes() for name in FINAL_FILES}
+    stop_final_write(monkeypatch, writer)
+    capsys.readouterr()
+    assert cli.main(argv(tokenizer_dir, out, 6, "--resume_from_checkpoint", "last")) == 2
+    err = capsys.readouterr().err
+    line = err.strip().splitlines()[-1]
+    assert "Traceback" not in err and line.startswith(f"error: could not write the final model to {out} ("), err
+    assert "No space left on device" in line and f"the trained weights are in {out / 'checkpoint-6'}" in line, line
+    assert {name: (out / name).read_bytes() for name in FINAL_FILES} == before
+    assert not (out / ".final-partial").exists() and verify(out / "checkpoint-6") is None
+    monkeypatch.undo()
+    assert cli.main(argv(tokenizer_dir, out, 6, "--resume_from_checkpoint", "last")) == 0
+    final, checkpoint = load_file(out / "model.safetensors"), load_file(out / "checkpoint-6" / "model.safetensors")
+    assert all(torch.equal(final[k], checkpoint[k]) for k in checkpoint)
+    assert json.loads((out / "all_results.json").read_text())["train_loss"] > 0
+    assert f'from_pretrained("{out}")' in (out / "README.md").read_text()  # the card names the folder, not aside
 
 
 def test_written_files_follow_the_umask(tmp_path, tokenizer_dir):

@@ -289,10 +289,13 @@ def is_joint(model) -> bool:
     return type(model) in COMPOSED_MODELS.values() and bool(model.config.replaced_token_detection)
 
 
-def write_part_folders(model, tokenizer, output_dir: str | Path, **card) -> list[Path]:
+def write_part_folders(
+    model, tokenizer, output_dir: str | Path, shown_in: str | Path | None = None, **card
+) -> list[Path]:
     """The end of a joint run: `output_dir/discriminator` and `output_dir/generator` as vanilla folders (the layout
-    of the papers' released checkpoints), each with its model card (`card`: `hub.write_part_card`'s fields). A
-    model with one network writes nothing. The joint folder itself stays as it is (resuming and export read it)."""
+    of the papers' released checkpoints), each with its model card (`card`: `hub.write_part_card`'s fields; the
+    cards name `shown_in/part` when the folder is written aside). A model with one network writes nothing. The
+    joint folder itself stays as it is (resuming and export read it)."""
     if not is_joint(model):
         return []
     folders = []
@@ -300,7 +303,7 @@ def write_part_folders(model, tokenizer, output_dir: str | Path, **card) -> list
         folder = Path(output_dir) / part
         shutil.rmtree(folder, ignore_errors=True)  # ours: the parts of an earlier run into this folder
         _write(plain_part(model, part), Path(output_dir), folder, tokenizer)
-        write_part_card(folder, part, **card)
+        write_part_card(folder, part, shown_as=Path(shown_in) / part if shown_in else None, **card)
         folders.append(folder)
     return folders
 

@@ -56,18 +56,21 @@ def already_finished(resume_from: str | None, training_args: TrainingArguments) 
     step = finished_step(resume_from, training_args.max_steps) if resume_from else None
     if step is None:
         return None
-    results = Path(training_args.output_dir) / "all_results.json"
+    try:
+        results = json.loads((Path(training_args.output_dir) / "all_results.json").read_text())
+    except (OSError, ValueError):
+        results = None
+    # no final folder of this step (a full disk stopped its writing): the Trainer resumes, trains nothing, writes it
+    if not isinstance(results, dict) or results.get("global_step", step) < step:
+        logger.warning("%s is at step %d: nothing to train; writing the final folder of that step", resume_from, step)
+        return None
     logger.warning(
-        "%s is at step %d and --max_steps is %d: nothing to train (raise --max_steps to continue)%s",
+        "%s is at step %d and --max_steps is %d: nothing to train (raise --max_steps to continue)",
         resume_from,
         step,
         training_args.max_steps,
-        "" if results.is_file() else f"; its final folder was not written: the weights are in {resume_from}",
     )
-    try:
-        return json.loads(results.read_text())
-    except (OSError, ValueError):
-        return {}
+    return results
 
 
 def check_resume(checkpoint: str, recipe: Recipe) -> None:

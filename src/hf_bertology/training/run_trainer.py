@@ -90,6 +90,7 @@ def train_and_evaluate(trainer, resume_from: str | None = None) -> dict:
             metrics["eval_at_start"] = before
             log_learning(before, eval_metrics)
     metrics["tokens_seen"] = int(trainer.state.num_input_tokens_seen or 0)
+    metrics["global_step"] = trainer.state.global_step  # whose final folder this is (`resume.already_finished`)
     return metrics
 
 
