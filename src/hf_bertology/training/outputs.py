@@ -17,7 +17,7 @@ from ..recipes import Recipe
 from ..utils import BertologyError, logger
 from .arguments import DataArguments
 from .checkpoints import apply_umask, fsync_dir, last_complete_checkpoint, write_failure
-from .corpora import describe_corpus
+from .corpora import card_dataset, describe_corpus
 
 ASIDE = ".final-partial"
 LAST = ("config.json", "model.safetensors", "all_results.json")  # moved in last: what makes the folder look finished
@@ -52,7 +52,12 @@ def write_final_folder(trainer, recipe, data_args, metrics, push_args, folder: P
     save_folder(trainer.model, trainer.processing_class, folder)
     card = dict(recipe=recipe.name, variant=recipe.variant, corpus=describe_corpus(data_args))
     write_part_folders(
-        trainer.model, trainer.processing_class, folder, shown_in=shown_as, **card, dataset_name=data_args.dataset_name
+        trainer.model,
+        trainer.processing_class,
+        folder,
+        shown_in=shown_as,
+        **card,
+        dataset_name=card_dataset(data_args),
     )
     train_logs = [log for log in trainer.state.log_history if "loss" in log]
     final_losses = {k: v for k, v in (train_logs[-1] if train_logs else {}).items() if k.endswith("loss")}
@@ -69,7 +74,7 @@ def write_final_folder(trainer, recipe, data_args, metrics, push_args, folder: P
         tokens_seen=int(trainer.state.num_input_tokens_seen or 0),
         final_losses=final_losses,
         plain_auto_class=recipe.plain_auto_class,
-        dataset_name=data_args.dataset_name,
+        dataset_name=card_dataset(data_args),
         repo_id=(push_args.hub_model_id or shown_as.absolute().name) if pushing else None,
         shown_as=shown_as,
     )
