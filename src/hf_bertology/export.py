@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, DebertaV2ForMaskedLM, DebertaV2Model, ElectraForMaskedLM, ElectraForPreTraining
 
-from .hub import write_part_card
+from .hub import complete_backbone, write_part_card
 from .models import deberta_v3
 from .models.composed import COMPOSED_CONFIGS, COMPOSED_MODELS
 from .models.composed.configuration_composed import JOINT_MODEL_TYPE
@@ -69,6 +69,9 @@ def check_target(output_dir: str | Path, overwrite: bool = False) -> None:
 def _write(model, checkpoint: Path, output_dir: Path, tokenizer=None) -> Path:
     output_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(output_dir, safe_serialization=True)
+    # a masked-LM generator (RoBERTa's, BERT's, ALBERT's) has no pooler and its family's AutoModel has one: the
+    # seeded pooler the discriminator ships too, so that every load gives the same network
+    complete_backbone(model, output_dir)
     try:
         tokenizer = tokenizer or AutoTokenizer.from_pretrained(checkpoint, config=joint_config(checkpoint))
         tokenizer.save_pretrained(output_dir)

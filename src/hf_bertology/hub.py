@@ -318,7 +318,7 @@ def complete_backbone(model: PreTrainedModel, folder: Path) -> list[str]:
     if base_name is None or not weights.is_file():
         return []
     state = load_file(weights)
-    prefix = f"{model.base_model_prefix}."
+    prefix = "" if model.base_model is model else f"{model.base_model_prefix}."  # a base model: no prefix
     with torch.device("meta"):
         names = getattr(transformers, base_name)(model.config).state_dict()
     missing = [name for name in names if prefix + name not in state]
