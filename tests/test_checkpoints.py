@@ -117,6 +117,24 @@ def garble(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
+def test_damage_deep_inside_a_large_file_is_found(tmp_path):
+    """Issue 40, item 3: damage was only tested in the first bytes of small files, so a digest that read only part
+    of a file (its first MiB chunk) passed. A 6 MiB weights file damaged at 4 MiB, and one byte off its last byte."""
+    folder = fake_checkpoint(tmp_path / "checkpoint-2", 2, mark=False)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(torch.arange(6 * 2**18, dtype=torch.float32).numpy().tobytes())  # 6 MiB
+    mark_complete(folder, 2, 1)
+    assert verify(folder) is None
+    for offset in (4 * 2**20 + 123, weights.stat().st_size - 1):
+        data = bytearray(weights.read_bytes())
+        data[offset] ^= 0x40  # one bit of one float: same size, other value
+        weights.write_bytes(bytes(data))
+        assert "model.safetensors changed after it was saved" in (verify(folder) or ""), offset
+        data[offset] ^= 0x40
+        weights.write_bytes(bytes(data))
+        assert verify(folder) is None
+
+
 def test_last_takes_the_newest_that_verifies_and_names_the_others(tmp_path):
     for step in (2, 4, 6):
         fake_checkpoint(tmp_path / f"checkpoint-{step}", step)
