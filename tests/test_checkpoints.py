@@ -393,6 +393,46 @@ def test_a_write_stopped_part_way_in_a_checkpoint_is_one_line(tmp_path, tokenize
     assert last_complete_checkpoint(out) == out / "checkpoint-6"
 
 
+REAL_WRITERS = """
+import json, os, resource, signal, sys, torch
+from safetensors.torch import save_file
+from hf_bertology.training.checkpoints import write_failure
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit a write fails (EFBIG) instead of killing us
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
+tensors, said = {"w": torch.zeros(10_000)}, {}
+def json_dump(path):
+    with open(path, "w") as handle:
+        json.dump(list(range(10_000)), handle)
+writers = {"torch.save": lambda path: torch.save(tensors, path), "safetensors": lambda path: save_file(tensors, path)}
+for name, write in {**writers, "json": json_dump}.items():
+    try:
+        write(os.path.join(sys.argv[1], name))
+        said[name] = "wrote it"
+    except Exception as err:
+        said[name] = [type(err).__name__, write_failure(err)]
+print(json.dumps(said))
+"""
+
+
+def test_real_writers_stopped_part_way_are_recognised(tmp_path):
+    """The writers' own errors when a write stops part-way, made real by a file size limit (RLIMIT_FSIZE: the
+    writes fail with EFBIG, as with ENOSPC on a full disk), in a child: torch.save's RuntimeError, safetensors'
+    SafetensorError and Python's OSError are each a write failure (`write_failure`), so the message patterns follow
+    the installed versions."""
+    done = subprocess.run(
+        [PYTHON, "-c", REAL_WRITERS, str(tmp_path)], env=subprocess_env(), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    assert all(isinstance(result, list) for result in said.values()), said  # each write failed
+    assert [kind for kind, _ in said.values()] == ["RuntimeError", "SafetensorError", "OSError"], said
+    assert all(reason for _, reason in said.values()), said
+    assert "File too large" in said["json"][1] and "File too large" in said["safetensors"][1], said
+    # and not everything is: a bug keeps its traceback
+    assert checkpoints.write_failure(RuntimeError("mat1 and mat2 shapes cannot be multiplied")) is None
+    assert checkpoints.write_failure(KeyError("optimizer")) is None
+
+
 FINAL_FILES = ("config.json", "model.safetensors", "README.md", "all_results.json", "tokenizer.json")
 
 

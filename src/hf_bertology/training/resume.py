@@ -52,7 +52,9 @@ def resolve_resume(value: str | None, output_dir: str, world_size: int | None = 
 
 def already_finished(resume_from: str | None, training_args: TrainingArguments) -> dict | None:
     """A finished run asked to resume with the same (or a smaller) `--max_steps`: nothing to train. Says so, and
-    returns the run's metrics (its `all_results.json`, if written); None when there is training to do."""
+    returns the run's metrics (its `all_results.json`); None when there is training to do, or when the final folder
+    of that step is missing (its writing was stopped, e.g. by a full disk): the Trainer then trains nothing and it
+    is written."""
     step = finished_step(resume_from, training_args.max_steps) if resume_from else None
     if step is None:
         return None
