@@ -114,5 +114,5 @@ def final_write_failed(output_dir: Path, err: BaseException) -> BertologyError:
     )
     return BertologyError(
         f"could not write the final model to {output_dir} ({write_failure(err)}); nothing of it was left there and "
-        f"an earlier final model there is untouched; {kept}: free some space and run again"
+        f"any earlier final model there is untouched; {kept}: free some space and run again"
     )
