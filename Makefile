@@ -7,8 +7,8 @@ TORCH_SPEC ?= torch
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-# `make pretrain` with no variables: ELECTRA's objective at mini size on the embedded WikiText-2, offline, about ten
-# minutes on 2 CPU cores, evaluated on held-out text before and after (the log's last lines: untrained -> trained).
+# `make pretrain` with no variables: ELECTRA's objective at mini size on the embedded WikiText-2, offline, 600 steps
+# of 1.65 s on 2 CPU cores (measured), evaluated on held-out text before and after (the log's last lines: untrained -> trained).
 # The papers' sizes and batches (electra-small: 128 a step) take seconds a step on a CPU: RECIPE=electra-small.
 RECIPE ?= electra-mini
 TRAIN_FILE ?=

@@ -9,6 +9,7 @@ stays finished; a full disk during a save is one line; weights get the umask's m
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 import re
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 import hf_bertology as hb
@@ -113,6 +115,24 @@ def garble(path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[100:104] = b"\xff\xff\xff\xff"  # same size, other bytes (NaN-like floats in real weights)
     path.write_bytes(bytes(data))
+
+
+def test_damage_deep_inside_a_large_file_is_found(tmp_path):
+    """Issue 40, item 3: damage was only tested in the first bytes of small files, so a digest that read only part
+    of a file (its first MiB chunk) passed. A 6 MiB weights file damaged at 4 MiB, and one byte off its last byte."""
+    folder = fake_checkpoint(tmp_path / "checkpoint-2", 2, mark=False)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(torch.arange(6 * 2**18, dtype=torch.float32).numpy().tobytes())  # 6 MiB
+    mark_complete(folder, 2, 1)
+    assert verify(folder) is None
+    for offset in (4 * 2**20 + 123, weights.stat().st_size - 1):
+        data = bytearray(weights.read_bytes())
+        data[offset] ^= 0x40  # one bit of one float: same size, other value
+        weights.write_bytes(bytes(data))
+        assert "model.safetensors changed after it was saved" in (verify(folder) or ""), offset
+        data[offset] ^= 0x40
+        weights.write_bytes(bytes(data))
+        assert verify(folder) is None
 
 
 def test_last_takes_the_newest_that_verifies_and_names_the_others(tmp_path):
@@ -226,6 +246,66 @@ def test_a_finished_run_stays_finished(tmp_path, tokenizer_dir, capsys):
     assert json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())["global_step"] == 6
 
 
+def finished_run_without_a_resumable_checkpoint(tmp_path, tokenizer_dir, damage) -> tuple[Path, bytes]:
+    out = tmp_path / "out"
+    assert cli.main(argv(tokenizer_dir, out, 4)) == 0
+    for checkpoint in checkpoints.list_checkpoints(out):
+        damage(checkpoint)
+    return out, (out / "model.safetensors").read_bytes()
+
+
+def assert_refused_and_kept(out: Path, weights: bytes, err: str, *said: str) -> str:
+    assert "Traceback" not in err and "training from scratch" not in err, err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith(f"error: {out} holds a finished model (model.safetensors, all_results.json)"), err
+    for words in ("--resume_from_checkpoint last would train from scratch", "--overwrite_output_dir", *said):
+        assert words in line, (words, line)
+    assert (out / "model.safetensors").read_bytes() == weights
+    assert [p.name for p in checkpoints.list_checkpoints(out)] == ["checkpoint-2", "checkpoint-4"]
+    return line
+
+
+def test_a_finished_model_is_not_trained_away_when_no_checkpoint_verifies(tmp_path, tokenizer_dir, capsys):
+    """Issue 40, item 1 (before: the skip lines, a run from scratch with exit 0, and the finished model replaced):
+    every checkpoint damaged, the README's resume line refuses in one line naming each; --overwrite_output_dir
+    starts over."""
+    out, weights = finished_run_without_a_resumable_checkpoint(
+        tmp_path, tokenizer_dir, lambda c: garble(c / "model.safetensors")
+    )
+    capsys.readouterr()
+    assert cli.main(argv(tokenizer_dir, out, 4, "--resume_from_checkpoint", "last")) == 2
+    line = assert_refused_and_kept(out, weights, capsys.readouterr().err)
+    assert re.search(
+        r"\(checkpoint-4: model.safetensors changed after .*; checkpoint-2: model.safetensors changed", line
+    )
+    assert "older hf_bertology" not in line, line
+    assert cli.main(argv(tokenizer_dir, out, 4, "--resume_from_checkpoint", "last", "--overwrite_output_dir")) == 0
+    assert verify(out / "checkpoint-2") is None and verify(out / "checkpoint-4") is None  # trained again
+
+
+def test_an_older_versions_checkpoints_do_not_replace_its_finished_model(tmp_path, tokenizer_dir, capsys):
+    """Issue 40, item 1: a run finished by a version whose markers carry no digests (or that wrote none), resumed
+    after an upgrade: refused in one line that names those checkpoints as an older version's and how to go on."""
+
+    def old_marker(checkpoint: Path) -> None:
+        (checkpoint / MARKER).write_text(json.dumps({"global_step": checkpoints.step_of(checkpoint)}))
+
+    out, weights = finished_run_without_a_resumable_checkpoint(tmp_path, tokenizer_dir, old_marker)
+    (out / "checkpoint-2" / MARKER).unlink()  # older still: no marker at all
+    capsys.readouterr()
+    assert cli.main(argv(tokenizer_dir, out, 4, "--resume_from_checkpoint", "last")) == 2
+    line = assert_refused_and_kept(
+        out,
+        weights,
+        capsys.readouterr().err,
+        f"checkpoint-4: its {MARKER} lists no file digests (written by an older hf_bertology)",
+        "checkpoint-2: no completion marker",
+        "checkpoint-4, checkpoint-2 may be an older hf_bertology's (no digests): resume with that version, or "
+        f"start from its weights with --model_name_or_path {out / 'checkpoint-4'}",
+    )
+    assert f"--model_name_or_path {out} with another --output_dir" in line, line
+
+
 # -- 9, 10: a full disk, file modes ---------------------------------------------------------------------------------
 def test_disk_full_during_a_save_is_one_line_and_keeps_the_last_checkpoint(
     tmp_path, tokenizer_dir, capsys, monkeypatch
@@ -249,6 +329,163 @@ def test_disk_full_during_a_save_is_one_line_and_keeps_the_last_checkpoint(
     monkeypatch.setattr(torch, "save", save)
     assert cli.main(argv(tokenizer_dir, out, 6, "--resume_from_checkpoint", "last")) == 0
     assert last_complete_checkpoint(out) == out / "checkpoint-6"
+
+
+ENOSPC = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+TORCH_STOPPED = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")  # as torch.save
+SAFETENSORS_STOPPED = SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+
+def half_written(path, data: bytes, error: BaseException):
+    """A write the disk stops part-way: half the bytes land in `path`, then the writer's own error."""
+    with open(path, "wb") as handle:
+        handle.write(data[: len(data) // 2])
+    raise error
+
+
+def stop_torch_save(monkeypatch, where: str) -> None:
+    save = torch.save
+
+    def stopped(obj, f, *args, **kwargs):
+        if where in str(f):
+            buffer = io.BytesIO()
+            save(obj, buffer, *args, **kwargs)
+            half_written(f, buffer.getvalue(), TORCH_STOPPED)
+        return save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", stopped)
+
+
+def stop_weights(monkeypatch, where) -> None:
+    """`where(path)`: whether the disk is full for the weights written to path."""
+    import transformers.modeling_utils as modeling_utils
+    from safetensors.torch import save
+
+    write = modeling_utils.safe_save_file
+
+    def stopped(tensors, filename, *args, **kwargs):
+        if where(str(filename)):
+            half_written(filename, save(tensors), SAFETENSORS_STOPPED)
+        return write(tensors, filename, *args, **kwargs)
+
+    monkeypatch.setattr(modeling_utils, "safe_save_file", stopped)
+
+
+@pytest.mark.parametrize("writer", ["optimizer", "weights"])
+def test_a_write_stopped_part_way_in_a_checkpoint_is_one_line(tmp_path, tokenizer_dir, capsys, monkeypatch, writer):
+    """Issue 40, item 2: the disk fills while torch.save writes the optimizer state (its RuntimeError, not an
+    OSError) or safetensors the weights (its SafetensorError); before: a traceback, exit 1."""
+    out = tmp_path / "out"
+    if writer == "optimizer":
+        stop_torch_save(monkeypatch, f"checkpoint-4{os.sep}optimizer.pt")
+    else:
+        stop_weights(monkeypatch, lambda path: path.endswith(f"checkpoint-4{os.sep}model.safetensors"))
+    assert cli.main(argv(tokenizer_dir, out, 6)) == 2
+    err = capsys.readouterr().err
+    line = next(line for line in err.splitlines() if line.startswith("error:"))
+    assert "Traceback" not in err and line.startswith("error: could not save checkpoint-4 (a write stopped part-way:")
+    said = "unexpected pos 576 vs 534" if writer == "optimizer" else "No space left on device (os error 28)"
+    assert said in line and "the previous complete checkpoint, checkpoint-2, is intact" in line, line
+    assert last_complete_checkpoint(out) == out / "checkpoint-2" and not (out / "checkpoint-4").exists()
+    assert not (out / "model.safetensors").exists() and not (out / "config.json").exists()
+    monkeypatch.undo()
+    assert cli.main(argv(tokenizer_dir, out, 6, "--resume_from_checkpoint", "last")) == 0
+    assert last_complete_checkpoint(out) == out / "checkpoint-6"
+
+
+REAL_WRITERS = """
+import json, os, resource, signal, sys, torch
+from safetensors.torch import save_file
+from hf_bertology.training.checkpoints import write_failure
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit a write fails (EFBIG) instead of killing us
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
+tensors, said = {"w": torch.zeros(10_000)}, {}
+def json_dump(path):
+    with open(path, "w") as handle:
+        json.dump(list(range(10_000)), handle)
+writers = {"torch.save": lambda path: torch.save(tensors, path), "safetensors": lambda path: save_file(tensors, path)}
+for name, write in {**writers, "json": json_dump}.items():
+    try:
+        write(os.path.join(sys.argv[1], name))
+        said[name] = "wrote it"
+    except Exception as err:
+        said[name] = [type(err).__name__, write_failure(err)]
+print(json.dumps(said))
+"""
+
+
+def test_real_writers_stopped_part_way_are_recognised(tmp_path):
+    """The writers' own errors when a write stops part-way, made real by a file size limit (RLIMIT_FSIZE: the
+    writes fail with EFBIG, as with ENOSPC on a full disk), in a child: torch.save's RuntimeError, safetensors'
+    SafetensorError and Python's OSError are each a write failure (`write_failure`), so the message patterns follow
+    the installed versions."""
+    done = subprocess.run(
+        [PYTHON, "-c", REAL_WRITERS, str(tmp_path)], env=subprocess_env(), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    assert all(isinstance(result, list) for result in said.values()), said  # each write failed
+    assert [kind for kind, _ in said.values()] == ["RuntimeError", "SafetensorError", "OSError"], said
+    assert all(reason for _, reason in said.values()), said
+    assert "File too large" in said["json"][1] and "File too large" in said["safetensors"][1], said
+    # and not everything is: a bug keeps its traceback
+    assert checkpoints.write_failure(RuntimeError("mat1 and mat2 shapes cannot be multiplied")) is None
+    assert checkpoints.write_failure(KeyError("optimizer")) is None
+
+
+FINAL_FILES = ("config.json", "model.safetensors", "README.md", "all_results.json", "tokenizer.json")
+
+
+def stop_final_write(monkeypatch, writer: str) -> None:
+    """The disk fills while the final folder's weights, card or results are written (wherever they are written)."""
+    if writer == "weights":
+        return stop_weights(monkeypatch, lambda path: "checkpoint-" not in path)
+    if writer == "card":
+        write_text = Path.write_text
+
+        def stopped(self, data, *args, **kwargs):
+            if self.name == "README.md":  # only final folders have cards
+                half_written(self, data.encode(), OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self)))
+            return write_text(self, data, *args, **kwargs)
+
+        return monkeypatch.setattr(Path, "write_text", stopped)
+    dump = json.dump
+
+    def stopped_dump(obj, handle, *args, **kwargs):
+        if str(getattr(handle, "name", "")).endswith("all_results.json"):
+            handle.write(json.dumps(obj)[:20])
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), handle.name)
+        return dump(obj, handle, *args, **kwargs)
+
+    monkeypatch.setattr(json, "dump", stopped_dump)
+
+
+@pytest.mark.parametrize("writer", ["weights", "card", "results"])
+def test_a_full_disk_while_writing_the_final_folder_leaves_the_old_one_whole(
+    tmp_path, tokenizer_dir, capsys, monkeypatch, writer
+):
+    """Issue 40, item 2: before, a full disk while the final folder was written was a traceback (exit 1) that left
+    `config.json` and the modeling files at the top level without weights: a folder that looks like a model and is
+    not. Now the folder is written aside and moved in whole: one line, exit 2, the earlier final folder byte for
+    byte as it was, and the same line run again (disk freed) writes the new one from the last checkpoint."""
+    out = tmp_path / "out"
+    assert cli.main(argv(tokenizer_dir, out, 4)) == 0
+    before = {name: (out / name).read_bytes() for name in FINAL_FILES}
+    stop_final_write(monkeypatch, writer)
+    capsys.readouterr()
+    assert cli.main(argv(tokenizer_dir, out, 6, "--resume_from_checkpoint", "last")) == 2
+    err = capsys.readouterr().err
+    line = err.strip().splitlines()[-1]
+    assert "Traceback" not in err and line.startswith(f"error: could not write the final model to {out} ("), err
+    assert "No space left on device" in line and f"the trained weights are in {out / 'checkpoint-6'}" in line, line
+    assert {name: (out / name).read_bytes() for name in FINAL_FILES} == before
+    assert not (out / ".final-partial").exists() and verify(out / "checkpoint-6") is None
+    monkeypatch.undo()
+    assert cli.main(argv(tokenizer_dir, out, 6, "--resume_from_checkpoint", "last")) == 0
+    final, checkpoint = load_file(out / "model.safetensors"), load_file(out / "checkpoint-6" / "model.safetensors")
+    assert all(torch.equal(final[k], checkpoint[k]) for k in checkpoint)
+    assert json.loads((out / "all_results.json").read_text())["train_loss"] > 0
+    assert f'from_pretrained("{out}")' in (out / "README.md").read_text()  # the card names the folder, not aside
 
 
 def test_written_files_follow_the_umask(tmp_path, tokenizer_dir):

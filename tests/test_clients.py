@@ -283,3 +283,23 @@ def test_pushing_a_joint_run_points_every_card_at_the_repo(folders, tmp_path):
             card = hub.read_file("tester/electra", f"{part}/README.md").decode()
             assert f'from_pretrained("tester/electra", subfolder="{part}")' in card and str(folder) not in card
             assert hub.read_file("tester/electra", f"{part}/model.safetensors")
+
+
+@pytest.mark.parametrize("recipe", ["electra-tiny@roberta", "electra-tiny@bert"])
+def test_a_generator_folder_loads_under_automodel_with_nothing_random(recipe, tmp_path):
+    """Issue 40, item 5: `electra@roberta`'s generator folder (a RobertaForMaskedLM: no pooler) loaded under
+    AutoModel with a random pooler, while its discriminator ships a seeded one; now both do, and two loads agree."""
+    import torch
+    from transformers import AutoModel, BertTokenizerFast
+
+    from hf_bertology.export import write_part_folders
+
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]))
+    tokenizer = BertTokenizerFast(vocab_file=str(tmp_path / "vocab.txt"))
+    joint = hb.get_recipe(recipe, vocab_size=120).build_model()
+    write_part_folders(joint, tokenizer, tmp_path / "run")
+    for part in ("generator", "discriminator"):
+        first, info = AutoModel.from_pretrained(tmp_path / "run" / part, output_loading_info=True)
+        assert not info["missing_keys"], (part, info)
+        again = AutoModel.from_pretrained(tmp_path / "run" / part)
+        assert torch.equal(first.pooler.dense.weight, again.pooler.dense.weight)

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from torch import nn
 
 from conftest import WORDS, make_documents, write_corpus
@@ -198,6 +200,17 @@ def test_compare_end_to_end_and_resume(compare_inputs, tmp_path, monkeypatch):
         assert saved["models"][name]["glue"]["sst2"] == finetuned
         assert saved["models"][name]["glue_average"] == pytest.approx(finetuned["eval_accuracy"])
     assert saved["models"]["random-init"]["pretrain"] is None
+    # issue 40: the report names the folder each fine-tuning started from, and the floor's is not a pretrained one
+    started = {name: saved["models"][name]["finetuned_from"] for name in saved["models"]}
+    assert started == {name: str(out / "pretrain" / name) for name in saved["models"]}
+    assert "Each fine-tuning started from: " + "; ".join(f"{n}, `{f}`" for n, f in started.items()) in report
+    for name, folder in started.items():
+        recorded = json.loads((out / "glue" / name / "sst2" / "compare_finetune.json").read_text())
+        assert recorded[recorded.index("--model_name_or_path") + 1] == folder
+    floor_weights = load_file(Path(started["random-init"]) / "model.safetensors")
+    pretrained = load_file(Path(started["bert-tiny"]) / "model.safetensors")
+    encoder = [k for k in pretrained if ".encoder." in k]
+    assert encoder and not any(torch.equal(floor_weights[k], pretrained[k]) for k in encoder)
     floor = json.loads((out / "glue" / "random-init" / "sst2" / "all_results.json").read_text())
     assert saved["models"]["random-init"]["glue_average"] == pytest.approx(floor["eval_accuracy"])
     assert results["models"]["bert-tiny"]["glue_average"] == saved["models"]["bert-tiny"]["glue_average"]

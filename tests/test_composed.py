@@ -209,6 +209,65 @@ def test_cell_loss_falls_on_a_repeated_batch(cell, corpus, tokenizers):
     assert losses[-1] < 0.95 * losses[0], losses  # 8 AdamW steps on one batch: at least 5% down
 
 
+# each component loss and the count that normalises it (`outputs_composed._denominator`'s key)
+COUNT_KEYS = {
+    "mlm_loss": "labels",
+    "nsp_loss": "next_sentence_label",
+    "sop_loss": "sentence_order_label",
+    "sbo_loss": "sbo_labels",
+    "rtd_loss": "attention_mask",
+}
+
+
+@pytest.mark.parametrize("cell", CELLS, ids=cell_id)
+def test_cell_losses_follow_every_count_path(cell, corpus, tokenizers):
+    """Issue 40, item 3: each component against its local mean (which test_loss_references.py compares with the
+    papers' definitions) on every path of `_denominator`. The stock Trainer passes one int, the step's masked tokens
+    N: every component is then its sum / N, i.e. its local mean x (this micro-batch's masked tokens / N), and so is
+    the total. BertologyTrainer's dict: each sum over its own key's count; a dict without a loss's key falls back
+    to the int rule with the dict's `labels`. Tested for plain BERT only before."""
+    recipe, collator, features = setup(cell, corpus, tokenizers)
+    batch = collator(features)
+    torch.manual_seed(0)
+    model = recipe.build_model().train()
+
+    def forward(counts):
+        torch.manual_seed(5)  # RTD without sample keys would draw its noise here
+        with torch.no_grad():
+            return model(**batch, num_items_in_batch=counts)
+
+    local = forward(None)
+    names = [name for name in COUNT_KEYS if getattr(local, name, None) is not None]
+    assert "mlm_loss" in names and len(names) == 1 + bool(set(batch) & {"next_sentence_label", "sentence_order_label",
+                                                                        "sbo_labels"}) + ("rtd_logits" in local)  # fmt: skip
+    local_counts = {
+        "labels": batch["labels"].ne(-100).sum(),
+        "next_sentence_label": torch.tensor(len(batch["input_ids"])),
+        "sentence_order_label": torch.tensor(len(batch["input_ids"])),
+        "sbo_labels": batch["sbo_labels"].ne(-100).sum() if "sbo_labels" in batch else None,
+        "attention_mask": batch["attention_mask"].sum(),
+    }
+    n_masked = local_counts["labels"]
+    step = 3 * int(n_masked)  # as if this were one micro-batch of three
+    share = n_masked.double() / step
+
+    def close(got, expected, what):
+        torch.testing.assert_close(got.double(), expected.double(), rtol=2e-5, atol=1e-7, msg=f"{cell} {what}")
+
+    for counts, path in ((step, "int"), ({"labels": torch.tensor(step)}, "dict without the key")):
+        got = forward(counts)
+        for name in names:
+            close(getattr(got, name), getattr(local, name) * share, f"{path}: {name}")
+        close(got.loss, local.loss * share, f"{path}: loss")
+    # every key: each component over its own count, here (i + 2) x its local count
+    counts = {COUNT_KEYS[name]: (i + 2) * local_counts[COUNT_KEYS[name]] for i, name in enumerate(names)}
+    got = forward(counts)
+    for i, name in enumerate(names):
+        close(getattr(got, name), getattr(local, name) / (i + 2), f"dict: {name}")
+    got = forward({COUNT_KEYS[name]: 2 * local_counts[COUNT_KEYS[name]] for name in names})
+    close(got.loss, local.loss / 2, "dict: loss")
+
+
 def _generator_only(model) -> dict[str, torch.nn.Parameter]:
     shared = {id(p) for name, p in model.named_parameters() if not name.startswith("generator.")}
     return {n: p for n, p in model.generator.named_parameters() if id(p) not in shared and p.requires_grad}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -374,8 +375,16 @@ def _run_args(model: str, out: Path, *extra: str) -> list[str]:
 def test_smoke_sst2_train_eval_predict(tiny_model, tmp_path):
     data = _sst2_folder(tmp_path / "SST-2")
     out = tmp_path / "out"
-    assert main(_run_args(tiny_model, out, "--task_name", "sst2", "--data_dir", str(data), "--do_train",
-                          "--do_eval", "--do_predict")) == 0  # fmt: skip
+    old = os.umask(0o002)
+    try:
+        assert main(_run_args(tiny_model, out, "--task_name", "sst2", "--data_dir", str(data), "--do_train",
+                              "--do_eval", "--do_predict")) == 0  # fmt: skip
+    finally:
+        os.umask(old)
+    # issue 40: the weights followed safetensors' 0600, not the umask as every other file and pretraining's do
+    assert {path.name: oct(path.stat().st_mode & 0o777) for path in out.rglob("*") if path.is_file()} == {
+        path.name: "0o664" for path in out.rglob("*") if path.is_file()
+    }
     results = json.loads((out / "all_results.json").read_text())
     assert 0.0 <= results["eval_accuracy"] <= 1.0 and results["eval_samples"] == 6
     assert results["train_samples"] == 24

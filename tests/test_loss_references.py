@@ -150,7 +150,9 @@ def references(model, batch: dict, output, seen: dict, objective: str) -> dict[s
         generator_weight, discriminator_weight = RTD_WEIGHTS[objective]
         total = generator_weight * ref["mlm_loss"] + discriminator_weight * ref["rtd_loss"]
     if "sbo_labels" in batch:
-        sbo_logits = output.sbo_logits if getattr(output, "sbo_logits", None) is not None else seen["sbo"]
+        sbo_logits = output.sbo_logits if getattr(output, "sbo_logits", None) is not None else seen.get("sbo")
+        # a value check, not a KeyError: labels for a head the model never ran is a dropped loss term
+        assert sbo_logits is not None and getattr(output, "sbo_loss", None) is not None, "SBO labels, no SBO loss"
         sbo_labels = batch["sbo_labels"]
         ref["sbo_loss"] = nll(sbo_logits, sbo_labels[sbo_labels.ne(-100)])
         total = total + SBO_WEIGHT * ref["sbo_loss"]
@@ -160,7 +162,8 @@ def references(model, batch: dict, output, seen: dict, objective: str) -> dict[s
             if sentence_logits is None:
                 sentence_logits = getattr(output, "sop_logits", None)
             if sentence_logits is None:
-                sentence_logits = seen["sentence_classifier"]
+                sentence_logits = seen.get("sentence_classifier")
+            assert sentence_logits is not None and getattr(output, task, None) is not None, f"{key}, no {task}"
             ref[task] = nll(sentence_logits, batch[key])
             total = total + ref[task]
     ref["loss"] = total

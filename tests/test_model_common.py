@@ -61,7 +61,24 @@ def test_with_labels_the_loss_is_finite_and_the_logits_sparse(family):
     mlm_field, _, _ = OUTPUT_FIELDS[family]
     assert getattr(out, mlm_field).shape == (2 * len(LABELLED), model.config.vocab_size)  # only the labelled
     assert out.loss.ndim == 0 and torch.isfinite(out.loss) and out.loss > 0
-    assert torch.isfinite(out.plm_loss if family == "xlnet" else out.mlm_loss)
+    # issue 40: a value, not only a finite number: the (generator's) masked-LM loss is the mean negative
+    # log-likelihood of the labelled tokens under the sparse logits (row-major), and the total its documented sum
+    labels = tiny_family_batch(family)["labels"]
+    targets = labels.reshape(-1) if family == "xlnet" else labels[labels.ne(-100)]
+    logits = getattr(out, mlm_field).double()
+    nll = -logits.log_softmax(-1).gather(1, targets[:, None]).mean()
+    first = out.plm_loss if family == "xlnet" else out.mlm_loss
+    torch.testing.assert_close(first.double(), nll, rtol=1e-5, atol=1e-6)
+    config = model.config
+    total = getattr(config, "generator_weight", 1.0) * first.double()
+    if getattr(out, "rtd_loss", None) is not None:
+        total = total + config.discriminator_weight * out.rtd_loss.double()
+    if getattr(out, "sbo_loss", None) is not None:
+        total = total + getattr(config, "sbo_loss_weight", 1.0) * out.sbo_loss.double()
+    for sentence in ("nsp_loss", "sop_loss"):
+        if getattr(out, sentence, None) is not None:
+            total = total + getattr(out, sentence).double()
+    torch.testing.assert_close(out.loss.double(), total, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("family", FAMILIES)

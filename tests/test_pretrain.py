@@ -278,3 +278,52 @@ def test_readme_make_pretrain_line_runs_offline_without_shared(tmp_path):
     results = json.loads((out / "all_results.json").read_text())
     assert results["eval_at_start"]["eval_mlm_loss"] > 0 and results["eval_mlm_loss"] > 0
     assert type(AutoModel.from_pretrained(out / "discriminator")).__name__ == "ElectraModel"
+
+
+def test_the_learning_lines_show_what_a_constant_guess_scores(monkeypatch):
+    """Issue 40, item 4: `make pretrain` ended with "rtd_accuracy 0.46 -> 0.86" while always guessing "original"
+    scores 0.85; the line now carries that guess's score (1 - the replaced fraction) and the AUC has its own line."""
+    from hf_bertology.training import run_trainer
+
+    said = []
+    monkeypatch.setattr(run_trainer.logger, "info", lambda message, *args: said.append(message % args))
+    before = {"eval_rtd_accuracy": 0.46, "eval_replaced_fraction": 0.1512, "eval_disc_auc": 0.5, "eval_loss": 9.0}
+    after = {"eval_rtd_accuracy": 0.86, "eval_replaced_fraction": 0.1456, "eval_disc_auc": 0.71, "eval_loss": 7.0}
+    run_trainer.log_learning(before, after)
+    assert said == [
+        "held-out disc_auc                 untrained   0.5000 -> trained   0.7100",
+        "held-out rtd_accuracy             untrained   0.4600 -> trained   0.8600  (a constant guess, always "
+        "'original': 0.8488 -> 0.8544)",
+        "held-out loss                     untrained   9.0000 -> trained   7.0000",
+    ]
+
+
+def test_the_cards_datasets_field_names_a_hub_dataset_or_nothing(tmp_path, corpus_file):
+    """Issue 40, item 5: `--dataset_name DIR` (a local folder) put its path in the card's `datasets:`, and the
+    embedded WikiText-2 got none; now a path gets none and the default corpus its Hub id (`wikitext`)."""
+    from hf_bertology.training.arguments import DataArguments
+    from hf_bertology.training.corpora import card_dataset, describe_corpus
+
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "train.txt").write_text(corpus_file.read_text())
+    out = tmp_path / "out"
+    main(
+        [
+            "--recipe",
+            "bert-tiny",
+            "--dataset_name",
+            str(folder),
+            "--output_dir",
+            str(out),
+            "--vocab_size",
+            "300",
+            *FAST,
+        ]
+    )
+    header = (out / "README.md").read_text().split("---")[1]
+    assert "datasets:" not in header and str(folder) not in header, header
+    assert card_dataset(DataArguments()) == "wikitext"
+    assert "`wikitext` (wikitext-2-raw-v1)" in describe_corpus(DataArguments())
+    assert card_dataset(DataArguments(dataset_name="ag_news")) == "ag_news"
+    assert card_dataset(DataArguments(train_file=[str(corpus_file)])) is None

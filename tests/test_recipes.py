@@ -108,3 +108,37 @@ def test_config_overrides_are_typed():
     assert parse_overrides("a=1,b=0.5,c=true,d=gelu,e=null") == {"a": 1, "b": 0.5, "c": True, "d": "gelu", "e": None}
     with pytest.raises(hb.BertologyError):
         parse_overrides("num_hidden_layers")
+
+
+def _value(args: TrainingArguments, key: str, expected):
+    got = getattr(args, key)
+    if isinstance(expected, dict) and not isinstance(got, dict):  # accelerator_config: a dataclass
+        return {name: getattr(got, name) for name in expected}
+    return got.value if hasattr(got, "value") else got  # optim, lr_scheduler_type: str enums
+
+
+@pytest.mark.parametrize("recipe_name", [*hb.list_recipes(), "modernbert-tiny@bert", "roberta-tiny@modernbert"])
+def test_recipe_settings_win_over_cuda_defaults_and_flags_over_both(recipe_name, monkeypatch, tmp_path):
+    """Issue 40, item 3: the step the command uses (`training_arguments`) merges our defaults, the CUDA device's
+    (fused AdamW, workers, non-blocking copies), the recipe's and the user's flags. On CUDA, faked here, a recipe
+    setting the device defaults also touch keeps the recipe's value (ModernBERT's StableAdamW is not replaced by
+    fused AdamW), every other device default applies, and a flag wins over both. (tf32 and bf16 cannot be built
+    into TrainingArguments on a CPU: they are checked in the merged defaults.)"""
+    from hf_bertology.training import arguments
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    cuda = arguments.device_defaults(set())
+    monkeypatch.undo()
+    assert {"optim", "tf32", "bf16", "dataloader_num_workers", "accelerator_config"} <= set(cuda)
+    buildable = {key: value for key, value in cuda.items() if key not in ("tf32", "bf16")}
+    monkeypatch.setattr(arguments, "device_defaults", lambda explicit, streaming=False: dict(buildable))
+    recipe = hb.get_recipe(recipe_name)
+    args = arguments.training_arguments(TrainingArguments(output_dir=str(tmp_path)), recipe, set())
+    for key, value in {**buildable, **recipe.training_defaults}.items():
+        assert _value(args, key, value) == value, (key, getattr(args, key))
+    if recipe.variant == "modernbert" and recipe.backbone is None:
+        assert args.optim == "stable_adamw"
+    flag = TrainingArguments(output_dir=str(tmp_path), optim="adamw_torch", dataloader_num_workers=0)
+    args = arguments.training_arguments(flag, recipe, {"optim", "dataloader_num_workers"})
+    assert args.optim == "adamw_torch" and args.dataloader_num_workers == 0

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, DebertaV2ForMaskedLM, DebertaV2Model, ElectraForMaskedLM, ElectraForPreTraining
 
-from .hub import write_part_card
+from .hub import complete_backbone, write_part_card
 from .models import deberta_v3
 from .models.composed import COMPOSED_CONFIGS, COMPOSED_MODELS
 from .models.composed.configuration_composed import JOINT_MODEL_TYPE
@@ -69,6 +69,9 @@ def check_target(output_dir: str | Path, overwrite: bool = False) -> None:
 def _write(model, checkpoint: Path, output_dir: Path, tokenizer=None) -> Path:
     output_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(output_dir, safe_serialization=True)
+    # a masked-LM generator (RoBERTa's, BERT's, ALBERT's) has no pooler and its family's AutoModel has one: the
+    # seeded pooler the discriminator ships too, so that every load gives the same network
+    complete_backbone(model, output_dir)
     try:
         tokenizer = tokenizer or AutoTokenizer.from_pretrained(checkpoint, config=joint_config(checkpoint))
         tokenizer.save_pretrained(output_dir)
@@ -344,10 +347,13 @@ def is_joint(model) -> bool:
     return type(model) in COMPOSED_MODELS.values() and bool(model.config.replaced_token_detection)
 
 
-def write_part_folders(model, tokenizer, output_dir: str | Path, **card) -> list[Path]:
+def write_part_folders(
+    model, tokenizer, output_dir: str | Path, shown_in: str | Path | None = None, **card
+) -> list[Path]:
     """The end of a joint run: `output_dir/discriminator` and `output_dir/generator` as vanilla folders (the layout
-    of the papers' released checkpoints), each with its model card (`card`: `hub.write_part_card`'s fields). A
-    model with one network writes nothing. The joint folder itself stays as it is (resuming and export read it)."""
+    of the papers' released checkpoints), each with its model card (`card`: `hub.write_part_card`'s fields; the
+    cards name `shown_in/part` when the folder is written aside). A model with one network writes nothing. The
+    joint folder itself stays as it is (resuming and export read it)."""
     if not is_joint(model):
         return []
     folders = []
@@ -355,7 +361,7 @@ def write_part_folders(model, tokenizer, output_dir: str | Path, **card) -> list
         folder = Path(output_dir) / part
         shutil.rmtree(folder, ignore_errors=True)  # ours: the parts of an earlier run into this folder
         _write(plain_part(model, part), Path(output_dir), folder, tokenizer)
-        write_part_card(folder, part, **card)
+        write_part_card(folder, part, shown_as=Path(shown_in) / part if shown_in else None, **card)
         folders.append(folder)
     return folders
 

@@ -189,9 +189,11 @@ def write_model_card(
     repo_id: str | None = None,
     dataset_name: str | None = None,
     license: str = LICENSE,
+    shown_as: str | Path | None = None,
 ) -> Path:
     """Write `README.md`: recipe, corpus, steps, tokens seen, final losses, how to load; the header names the task
-    the folder serves, its license and training data (`dataset_name`: a Hub dataset)."""
+    the folder serves, its license and training data (`dataset_name`: a Hub dataset). `shown_as`: the folder the
+    card names, if not `output_dir` (a folder written aside, then moved there)."""
     output_dir = Path(output_dir)
     config = model.config
     objective_keys = {
@@ -200,7 +202,7 @@ def write_model_card(
         if key not in ("architectures", "auto_map", "transformers_version", "dtype", "torch_dtype")
     }
     losses = ", ".join(f"{k} {v:.4f}" for k, v in (final_losses or {}).items()) or "–"
-    path = repo_id or str(output_dir)
+    path = repo_id or str(shown_as or output_dir)
     saved = _read_json(output_dir / "config.json")
     plain_class = (saved.get("architectures") or [None])[0]
     model_classes = [name for name in saved.get("auto_map", {}) if name.startswith("AutoModel")]  # not AutoConfig
@@ -223,7 +225,7 @@ def write_model_card(
         tags = ["hf_bertology", variant]
     card = CARD_TEMPLATE.format(
         metadata=card_metadata(pipeline_tag_of(plain_class), tags, license, dataset_name),
-        name=repo_id or output_dir.name,
+        name=repo_id or Path(shown_as or output_dir).name,
         variant=variant,
         recipe=recipe,
         objective=OBJECTIVES.get(variant, variant),
@@ -252,15 +254,16 @@ def write_part_card(
     repo_id: str | None = None,
     dataset_name: str | None = None,
     license: str = LICENSE,
+    shown_as: str | Path | None = None,
 ) -> Path:
     """`README.md` of a vanilla folder holding one network of a joint run (`bertology export`, or the
-    `discriminator/` and `generator/` folders a joint run writes)."""
+    `discriminator/` and `generator/` folders a joint run writes); `shown_as` as in `write_model_card`."""
     folder = Path(folder)
     plain_class = (_read_json(folder / "config.json").get("architectures") or ["?"])[0]
     tag = pipeline_tag_of(plain_class)
     card = PART_CARD.format(
         metadata=card_metadata(tag, ["hf_bertology", variant, part], license, dataset_name),
-        name=repo_id or folder.name,
+        name=repo_id or Path(shown_as or folder).name,
         part=part,
         recipe=recipe,
         variant=variant,
@@ -268,7 +271,7 @@ def write_part_card(
         plain_class=plain_class,
         use=PART_USE.get(part, ""),
         auto_class="AutoModelForMaskedLM" if tag == "fill-mask" else "AutoModel",
-        path=repo_id or str(folder),
+        path=repo_id or str(shown_as or folder),
     )
     card_path = folder / "README.md"
     card_path.write_text(card, encoding="utf-8")
@@ -315,7 +318,7 @@ def complete_backbone(model: PreTrainedModel, folder: Path) -> list[str]:
     if base_name is None or not weights.is_file():
         return []
     state = load_file(weights)
-    prefix = f"{model.base_model_prefix}."
+    prefix = "" if model.base_model is model else f"{model.base_model_prefix}."  # a base model: no prefix
     with torch.device("meta"):
         names = getattr(transformers, base_name)(model.config).state_dict()
     missing = [name for name in names if prefix + name not in state]

@@ -18,6 +18,7 @@ from ..utils import BertologyError
 
 PACKAGE_DIR = Path(__file__).with_name("wikitext2")
 NAME = "WikiText-2 (raw; embedded: test split for training, validation split for evaluation)"
+HUB_ID, HUB_CONFIG = "wikitext", "wikitext-2-raw-v1"  # the same text on the Hub: what a model card names
 # sha256 of the decompressed members of the official wikitext-2-raw-v1.zip (also in wikitext2/NOTICE).
 SHA256 = {
     "wiki.test.raw": "173c87a53759e0201f33e0ccf978e510c2042d7f2cb78229d9a50d79b9e7dd08",

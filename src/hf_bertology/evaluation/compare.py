@@ -356,6 +356,17 @@ def finetune(args: CompareArguments, model_dir: Path, model_name: str, task: str
     return json.loads(results.read_text())
 
 
+def finetuned_from(model_dir: Path) -> str:
+    """The folder a GLUE run of `model_dir` starts from, by the GLUE command's own rule (a joint run's folder: its
+    `discriminator/`), so the report shows what each score measured."""
+    from .glue.arguments import ModelArguments
+    from .glue.run import discriminator_of_joint_run
+
+    model_args = ModelArguments(model_name_or_path=str(model_dir))
+    discriminator_of_joint_run(model_args)
+    return model_args.model_name_or_path
+
+
 def summarise_glue(results: dict[str, dict[str, float]]) -> tuple[dict[str, float | None], float | None]:
     """Per-task GLUE scores (mean of a task's metrics) and their average (WNLI excluded, as glue_table does)."""
     scores = {task: glue.task_score(task, res) for task, res in results.items()}
@@ -398,6 +409,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         progress.update()
 
     for name in names:
+        models[name]["finetuned_from"] = finetuned_from(Path(models[name]["model_dir"]))
         glue_results = {}
         for task in tasks:
             progress.set_postfix_str(f"{name} on {task}")

@@ -79,6 +79,10 @@ def report_markdown(results: dict[str, Any]) -> str:
             losses or "—",
         ]
         lines.append("| " + " | ".join(row) + " |")
+    if tasks:
+        lines += ["", "Each fine-tuning started from: " + "; ".join(
+            f"{name}, `{entry.get('finetuned_from', entry['model_dir'])}`" for name, entry in models.items()
+        ) + "."]  # fmt: skip
     ranked = sorted(
         ((n, e["glue_average"]) for n, e in models.items() if e["glue_average"] is not None), key=lambda x: -x[1]
     )

@@ -70,7 +70,7 @@ def _files(folder: Path) -> list[str]:
     return sorted(name for name in names if name not in (MARKER, MARKER + ".tmp"))
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path) -> None:
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:  # not possible everywhere (Windows); the rename is still atomic
@@ -108,7 +108,7 @@ def mark_complete(folder: str | os.PathLike, step: int, world_size: int) -> None
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, folder / MARKER)
-    _fsync_dir(folder)
+    fsync_dir(folder)
 
 
 def read_marker(folder: str | os.PathLike) -> dict | None:
@@ -196,7 +196,7 @@ def prepare_folder(folder: str | os.PathLike) -> None:
     folder = Path(folder)
     if folder.exists():
         (folder / MARKER).unlink(missing_ok=True)
-        _fsync_dir(folder)
+        fsync_dir(folder)
         shutil.rmtree(folder)
 
 
@@ -231,15 +231,33 @@ def is_disk_full(err: BaseException) -> bool:
     return isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
-def save_failed(folder: Path, err: OSError) -> BertologyError:
-    """The one line for a save that failed (disk full, quota, permissions); the cut-off folder is removed (it frees
-    the space, and it holds no marker anyway)."""
+# What the writers that are not Python's own raise when a write fails part-way (a full disk, a quota, a file size
+# limit): torch.save a RuntimeError ("unexpected pos 576 vs 534", "basic_ios::clear: iostream error", "file write
+# failed"), safetensors a SafetensorError ("I/O error: No space left on device (os error 28)").
+_WRITE_STOPPED = re.compile(r"unexpected pos|iostream error|file write failed|I/O error|os error \d+")
+
+
+def write_failure(err: BaseException) -> str | None:
+    """What went wrong, in a phrase, if `err` is a write the environment stopped (disk full, quota, permissions, a
+    file size limit), whichever writer raised it; None for anything else (a bug keeps its traceback)."""
+    if isinstance(err, OSError):
+        where = f"{err.filename}: " if getattr(err, "filename", None) else ""
+        return f"{where}{err.strerror or err}"
+    text = " ".join(str(err).split())
+    if isinstance(err, RuntimeError) or type(err).__name__ == "SafetensorError":
+        if _WRITE_STOPPED.search(text):
+            return f"a write stopped part-way: {text.split('] . ')[-1]}; a full disk or a quota?"
+    return None
+
+
+def save_failed(folder: Path, err: BaseException) -> BertologyError:
+    """The one line for a save that failed (disk full, quota, permissions: `write_failure`); the cut-off folder is
+    removed (it frees the space, and it holds no marker anyway)."""
     shutil.rmtree(folder, ignore_errors=True)
     previous = last_complete_checkpoint(folder.parent)
-    where = f"{err.filename}: " if getattr(err, "filename", None) else ""
     kept = f"the previous complete checkpoint, {previous.name}, is intact" if previous else "no earlier checkpoint"
     return BertologyError(
-        f"could not save {folder.name} ({where}{err.strerror or err}); {kept}: free some space and go on with "
+        f"could not save {folder.name} ({write_failure(err) or err}); {kept}: free some space and go on with "
         "--resume_from_checkpoint last"
     )
 

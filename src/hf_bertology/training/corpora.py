@@ -82,7 +82,17 @@ def build_datasets(
 
 def describe_corpus(data_args: DataArguments) -> str:
     if not data_args.train_file and not data_args.dataset_name:
-        return default_corpus.NAME
+        return f"{default_corpus.NAME}, the Hub's `{default_corpus.HUB_ID}` ({default_corpus.HUB_CONFIG})"
     if data_args.train_file:
         return ", ".join(f"`{Path(f).name}`" for f in data_args.train_file)
     return f"`{data_args.dataset_name}` ({data_args.dataset_config_name or 'default'})"
+
+
+def card_dataset(data_args: DataArguments) -> str | None:
+    """The Hub dataset a model card's `datasets:` names: the embedded WikiText-2's Hub id, `--dataset_name` when it is
+    a Hub id, none for local files or a local folder given as `--dataset_name DIR` (a path is not a dataset id)."""
+    if not data_args.train_file and not data_args.dataset_name:
+        return default_corpus.HUB_ID
+    if data_args.train_file or Path(data_args.dataset_name).exists():
+        return None
+    return data_args.dataset_name

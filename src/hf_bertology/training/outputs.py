@@ -1,4 +1,8 @@
-"""The end of a run: the Hub-format folder, its model card, `all_results.json` and the push."""
+"""The end of a run: the Hub-format folder, its model card, `all_results.json` and the push.
+
+The folder is written aside (`OUTPUT_DIR/.final-partial`) and moved into place once whole, as checkpoints are
+marked once whole: a write stopped by a full disk leaves no `config.json` without weights looking like a model, and
+the previous final folder, if any, stays as it was."""
 
 from __future__ import annotations
 
@@ -10,46 +14,105 @@ from pathlib import Path
 from ..export import write_part_folders
 from ..hub import push_from_training_args, save_folder, write_model_card
 from ..recipes import Recipe
-from ..utils import logger
+from ..utils import BertologyError, logger
 from .arguments import DataArguments
-from .checkpoints import apply_umask
-from .corpora import describe_corpus
+from .checkpoints import apply_umask, fsync_dir, last_complete_checkpoint, write_failure
+from .corpora import card_dataset, describe_corpus
+
+ASIDE = ".final-partial"
+LAST = ("config.json", "model.safetensors", "all_results.json")  # moved in last: what makes the folder look finished
 
 
 def write_outputs(trainer, recipe: Recipe, data_args: DataArguments, metrics: dict, push_args=None) -> None:
     """The Hub-format folder, its model card and `all_results.json`, pushed with `--push_to_hub`: one process
     writes them, the others wait until they are complete."""
     if trainer.is_world_process_zero():
-        output_dir = trainer.args.output_dir
-        save_folder(trainer.model, trainer.processing_class, output_dir)
-        card = dict(recipe=recipe.name, variant=recipe.variant, corpus=describe_corpus(data_args))
-        write_part_folders(
-            trainer.model, trainer.processing_class, output_dir, **card, dataset_name=data_args.dataset_name
-        )
-        apply_umask(output_dir)  # safetensors writes 0600
-        shutil.rmtree(Path(output_dir) / "tokenizer-trained", ignore_errors=True)  # the ranks' hand-over copy
-        train_logs = [log for log in trainer.state.log_history if "loss" in log]
-        final_losses = {k: v for k, v in (train_logs[-1] if train_logs else {}).items() if k.endswith("loss")}
-        if not final_losses and "train_loss" in metrics:  # a run shorter than --logging_steps: its mean loss
-            final_losses = {"train_loss (mean)": metrics["train_loss"]}
-        pushing = push_args is not None and push_args.push_to_hub
-        write_model_card(
-            output_dir,
-            trainer.model,
-            recipe=recipe.name,
-            variant=recipe.variant,
-            corpus=describe_corpus(data_args),
-            steps=trainer.state.global_step,
-            tokens_seen=int(trainer.state.num_input_tokens_seen or 0),
-            final_losses=final_losses,
-            plain_auto_class=recipe.plain_auto_class,
-            dataset_name=data_args.dataset_name,
-            repo_id=(push_args.hub_model_id or Path(output_dir).absolute().name) if pushing else None,
-        )
-        with open(os.path.join(output_dir, "all_results.json"), "w") as handle:
-            json.dump(metrics, handle, indent=2)
+        output_dir = Path(trainer.args.output_dir)
+        aside = output_dir / ASIDE
+        shutil.rmtree(aside, ignore_errors=True)  # an earlier run's, stopped while writing
+        try:
+            write_final_folder(trainer, recipe, data_args, metrics, push_args, aside, output_dir)
+        except Exception as err:
+            if write_failure(err) is None:
+                raise
+            shutil.rmtree(aside, ignore_errors=True)
+            raise final_write_failed(output_dir, err) from None
+        move_into_place(aside, output_dir)
+        shutil.rmtree(output_dir / "tokenizer-trained", ignore_errors=True)  # the ranks' hand-over copy
         logger.info("wrote %s", output_dir)
+        pushing = push_args is not None and push_args.push_to_hub
         commit_url = push_from_training_args(output_dir, push_args) if pushing else None
         if commit_url:
             logger.info("pushed to %s", commit_url)
     trainer.accelerator.wait_for_everyone()
+
+
+def write_final_folder(trainer, recipe, data_args, metrics, push_args, folder: Path, shown_as: Path) -> None:
+    """Every file of the final folder, written into `folder`; the cards name `shown_as`, where it will be."""
+    save_folder(trainer.model, trainer.processing_class, folder)
+    card = dict(recipe=recipe.name, variant=recipe.variant, corpus=describe_corpus(data_args))
+    write_part_folders(
+        trainer.model,
+        trainer.processing_class,
+        folder,
+        shown_in=shown_as,
+        **card,
+        dataset_name=card_dataset(data_args),
+    )
+    train_logs = [log for log in trainer.state.log_history if "loss" in log]
+    final_losses = {k: v for k, v in (train_logs[-1] if train_logs else {}).items() if k.endswith("loss")}
+    if not final_losses and "train_loss" in metrics:  # a run shorter than --logging_steps: its mean loss
+        final_losses = {"train_loss (mean)": metrics["train_loss"]}
+    pushing = push_args is not None and push_args.push_to_hub
+    write_model_card(
+        folder,
+        trainer.model,
+        recipe=recipe.name,
+        variant=recipe.variant,
+        corpus=describe_corpus(data_args),
+        steps=trainer.state.global_step,
+        tokens_seen=int(trainer.state.num_input_tokens_seen or 0),
+        final_losses=final_losses,
+        plain_auto_class=recipe.plain_auto_class,
+        dataset_name=card_dataset(data_args),
+        repo_id=(push_args.hub_model_id or shown_as.absolute().name) if pushing else None,
+        shown_as=shown_as,
+    )
+    with open(folder / "all_results.json", "w") as handle:
+        json.dump(metrics, handle, indent=2)
+        handle.flush()
+        os.fsync(handle.fileno())
+    apply_umask(folder)  # safetensors writes 0600
+
+
+def move_into_place(aside: Path, output_dir: Path) -> None:
+    """Move every entry of `aside` into `output_dir` (renames: no data is written), the files that make a folder
+    look finished last; an older final folder's entries are replaced, its subfolders removed once replaced."""
+    fsync_dir(aside)
+    names = sorted(os.listdir(aside), key=lambda name: (name in LAST, LAST.index(name) if name in LAST else 0, name))
+    for name in names:
+        target = output_dir / name
+        if target.is_dir() and not target.is_symlink():
+            old = output_dir / f"{ASIDE}-old-{name}"
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(target, old)
+            os.replace(aside / name, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(aside / name, target)
+    aside.rmdir()
+    fsync_dir(output_dir)
+
+
+def final_write_failed(output_dir: Path, err: BaseException) -> BertologyError:
+    """The one line for a final folder that could not be written (disk full, quota, permissions)."""
+    checkpoint = last_complete_checkpoint(output_dir)
+    kept = (
+        f"the trained weights are in {checkpoint} (complete)"
+        if checkpoint is not None
+        else "no checkpoint holds the trained weights (--save_strategy)"
+    )
+    return BertologyError(
+        f"could not write the final model to {output_dir} ({write_failure(err)}); nothing of it was left there and "
+        f"any earlier final model there is untouched; {kept}: free some space and run again"
+    )

@@ -94,6 +94,7 @@ from .checkpoints import (
     rotate,
     save_failed,
     verify,
+    write_failure,
 )
 
 COMPLETE_MARKER = MARKER  # the name tests and older callers import from here
@@ -353,7 +354,9 @@ class BertologyTrainer(Trainer):
             self.accelerator.wait_for_everyone()
             if self.args.should_save and folder.is_dir():
                 mark_complete(folder, self.state.global_step, self.args.world_size)
-        except OSError as err:  # disk full, quota, permissions: one line, the previous checkpoint untouched
+        except Exception as err:  # disk full, quota, permissions: one line, the previous checkpoint untouched
+            if write_failure(err) is None:
+                raise
             raise save_failed(folder, err) from None
         finally:
             self.args.save_total_limit = limit

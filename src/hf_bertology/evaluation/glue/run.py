@@ -17,6 +17,7 @@ import datasets
 import numpy as np
 
 from ...hub import push_from_training_args
+from ...training.checkpoints import apply_umask
 from ...training.layerwise_lr import layerwise_lr_optimizer
 from ...utils import BertologyError, logger, refuse_same_folder, set_verbosity
 from .arguments import DataTrainingArguments, ModelArguments, parse_args
@@ -251,6 +252,8 @@ def run_task(model_args: ModelArguments, data_args: DataTrainingArguments, train
 
     # Prediction: GLUE submission files (index<TAB>prediction) ------------------------------------------------------
     predict_submissions(trainer, test_datasets, task, training_args.output_dir)
+    if trainer.is_world_process_zero() and Path(training_args.output_dir).is_dir():
+        apply_umask(training_args.output_dir)  # safetensors writes the weights 0600, whatever the umask
     if training_args.do_train and trainer.is_world_process_zero():
         push_from_training_args(training_args.output_dir, push_args)
     return all_metrics
