@@ -104,7 +104,8 @@ def assert_same_tensors(written: Path, released: Path, inexact: dict[str, torch.
     """Every tensor equal, but those of `inexact` (name -> the other operand of a sum that rebuilt it): E_G + Δ
     in fp32, with Δ = E_D - E_G rounded too, lands within an ulp of |E_G| + |E_D| of the released E_D."""
     got, want = tensors(written), tensors(released)
-    assert got.keys() == want.keys(), set(got) ^ set(want)
+    # a masked-LM generator folder also ships the seeded pooler its family's AutoModel would build (docs/loading.md)
+    assert got.keys() >= want.keys() and all(".pooler." in k for k in got.keys() - want.keys()), set(got) ^ set(want)
     for name, value in want.items():
         if name in (inexact or {}):
             bound = 2**-23 * (inexact[name].abs() + value.abs())
