@@ -266,6 +266,17 @@ def check_sizes(model_args: ModelArguments, data_args: DataArguments, training_a
         raise BertologyError(f"--validation_split_percentage must be between 0 and 100 (exclusive), got {percentage}")
 
 
+# A recipe's free-form settings belong to its choice: a user who picks another one does not get them.
+SETTINGS_OF_CHOICE = {"optim": "optim_args", "lr_scheduler_type": "lr_scheduler_kwargs"}
+
+
+def recipe_training(recipe: Recipe, explicit: set[str]) -> dict:
+    """The recipe's TrainingArguments defaults, without its `optim_args` where the user chose the `--optim` and
+    without its `lr_scheduler_kwargs` where the user chose the `--lr_scheduler_type` (unless set as well)."""
+    dropped = {arguments for choice, arguments in SETTINGS_OF_CHOICE.items() if choice in explicit}
+    return {key: value for key, value in recipe.training_defaults.items() if key not in dropped}
+
+
 def training_arguments(
     training_args: TrainingArguments, recipe: Recipe, explicit: set[str], streaming: bool = False
 ) -> TrainingArguments:
@@ -275,7 +286,7 @@ def training_arguments(
     defaults = {
         **PRETRAIN_DEFAULTS,
         **device_defaults(explicit, streaming),
-        **recipe.training_defaults,
+        **recipe_training(recipe, explicit),
         **launcher_defaults(explicit),
     }
     training_args = keep_token_out_of_files(fit_warmup(apply_defaults(training_args, defaults, explicit)))
