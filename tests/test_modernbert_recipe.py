@@ -3,14 +3,16 @@ decay, documents kept apart in packed rows, phase-1 RoPE, the attention-output d
 
 from __future__ import annotations
 
+import copy
 import inspect
+import json
 import math
 from pathlib import Path
 
 import datasets
 import pytest
 import torch
-from transformers import TrainingArguments
+from transformers import TrainerCallback, TrainingArguments
 
 import hf_bertology as hb
 from hf_bertology import recipes
@@ -27,6 +29,7 @@ from hf_bertology.models.modernbert.tiling import init_from_base, layer_mapping,
 from hf_bertology.training.attention import PACKED_ATTENTION, set_attention
 from hf_bertology.training.trainer import BertologyTrainer
 from model_tester import TINY_CONFIGS
+from platform_support import write_corpus
 
 # local_attention 8: the local layers' window (|i - j| <= 4) is shorter than the documents below, so it matters.
 TINY = TINY_CONFIGS["modernbert"]  # the shared tester's (tests/model_tester.py)
@@ -253,6 +256,77 @@ def test_phase_one_schedule_batch_and_warmup():
     assert base["warmup_steps"] == round(3e9 / (4608 * 1024)) and large["warmup_steps"] == round(2e9 / (4928 * 1024))
     assert base["max_steps"] == round(1.719e12 / (4608 * 1024))
     assert base["lr_scheduler_type"] == large["lr_scheduler_type"] == "constant_with_warmup"
+
+
+class FirstStepOptimizer(TrainerCallback):
+    """Records the optimizer as the first optimizer step of a run finds it (after clipping, before stepping)."""
+
+    def on_pre_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
+        if state.global_step == 0:
+            optimizer = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper
+            # copies: optimi counts its step in a tensor of the group, in place
+            self.groups = [
+                {k: copy.deepcopy(v) for k, v in g.items() if k != "params"} for g in optimizer.param_groups
+            ]
+            self.state = {k: {n: v.clone() for n, v in s.items() if torch.is_tensor(v)} for k, s in enumerate(
+                optimizer.state[p] for g in optimizer.param_groups for p in g["params"])}  # fmt: skip
+
+
+def run_phase(tmp_path, recipe: str, output: str, *flags: str) -> FirstStepOptimizer:
+    from hf_bertology.training.pretrain import main
+
+    probe = FirstStepOptimizer()
+    argv = ["--recipe", recipe, "--train_file", str(write_corpus(tmp_path / "corpus.txt")), "--output_dir"]
+    argv += [str(tmp_path / output), "--max_seq_length", "64", "--per_device_train_batch_size", "4", "--use_cpu"]
+    main([*argv, "true", "--disable_tqdm", "true", "--seed", "0", *flags], callbacks=[probe])
+    return probe
+
+
+def saved_optimizer(checkpoint: Path) -> tuple[list[dict], dict]:
+    saved = torch.load(checkpoint / "optimizer.pt", weights_only=True)
+    return saved["param_groups"], saved["state"]
+
+
+def test_three_phases_carry_the_optimizer_as_restart_override(tmp_path):
+    """yamls/modernbert/modernbert-base-{context-extension,learning-rate-decay}.yaml:155-160 (`load_path` of the
+    previous phase, `load_weights_only: false`, `reset_time: true`, `restart_override: true`) and main.py:474-500:
+    a later phase started from the previous phase's checkpoint-N has its Adam moments and step at its first step;
+    its lr, schedule and weight decay are its own; StableAdamW's `max_lr` stays phase 1's; RoPE θ is the phase's."""
+    run_phase(tmp_path, "modernbert-tiny", "phase1", "--vocab_size", "300", "--max_steps", "3")
+    groups1, state1 = saved_optimizer(tmp_path / "phase1" / "checkpoint-3")
+    phase2 = run_phase(
+        tmp_path, "modernbert-base-context-extension", "phase2",
+        "--model_name_or_path", str(tmp_path / "phase1" / "checkpoint-3"), "--max_steps", "2",
+    )  # fmt: skip
+    assert [int(g["step"]) for g in phase2.groups] == [3, 3]  # optimi counts steps per group: phase 1's 3
+    assert [g["lr"] for g in phase2.groups] == [3e-4, 3e-4]  # the phase's (constant schedule)
+    assert [g["weight_decay"] for g in phase2.groups] == [1e-5, 0.0]  # the phase's, where there was decay
+    assert [g["max_lr"] for g in phase2.groups] == [1e-3, 1e-3]  # modernbert-tiny's peak, not the phase's
+    assert phase2.state.keys() == state1.keys()
+    for index, saved in state1.items():  # the moments as phase 1 left them
+        for name in ("exp_avg", "exp_avg_sq"):
+            torch.testing.assert_close(phase2.state[index][name], saved[name], rtol=0, atol=0)
+    config = json.loads((tmp_path / "phase2" / "config.json").read_text())
+    assert config["rope_parameters"]["full_attention"]["rope_theta"] == 160_000.0
+    assert config["rope_parameters"]["sliding_attention"]["rope_theta"] == 10_000.0
+    decay = '{"num_decay_steps": 2, "decay_type": "1-sqrt", "min_lr_ratio": 0.001}'
+    phase3 = run_phase(
+        tmp_path, "modernbert-base-decay", "phase3", "--model_name_or_path", str(tmp_path / "phase2" / "checkpoint-2"),
+        "--max_steps", "2", "--lr_scheduler_kwargs", decay,
+    )  # fmt: skip
+    assert [int(g["step"]) for g in phase3.groups] == [5, 5]
+    assert [g["lr"] for g in phase3.groups] == [3e-4, 3e-4] and [g["max_lr"] for g in phase3.groups] == [1e-3, 1e-3]
+
+
+def test_a_phase_from_a_folder_without_optimizer_state_starts_fresh(tmp_path):
+    """The final output folder holds no optimizer.pt: weights only, a fresh optimizer (and a warning)."""
+    run_phase(tmp_path, "modernbert-tiny", "phase1", "--vocab_size", "300", "--max_steps", "1")
+    phase2 = run_phase(
+        tmp_path, "modernbert-base-context-extension", "phase2",
+        "--model_name_or_path", str(tmp_path / "phase1"), "--max_steps", "1",
+    )  # fmt: skip
+    assert not any("step" in g for g in phase2.groups) and not phase2.state[0]  # optimi: no step taken yet
+    assert [g["max_lr"] for g in phase2.groups] == [3e-4] * 2
 
 
 # -- 4. Dropout ------------------------------------------------------------------------------------------------

@@ -105,6 +105,8 @@ def _modernbert_preset(size: str, phase: str = "pretrain") -> dict:
             training["lr_scheduler_kwargs"] = {"num_decay_steps": steps, "decay_type": "1-sqrt", "min_lr_ratio": 1e-3}
     preset = make_preset("modernbert", size if size in SIZES else "base", None, training, **data)
     preset["config"] = {**preset["config"], **config}
+    if phase != "pretrain":  # `load_path` of the previous phase, `load_weights_only: false`, `restart_override: true`
+        preset["phase_config"] = modernbert_rope(160_000.0)
     return {**preset, "tokenizer": MODERNBERT_TOKENIZER}
 
 

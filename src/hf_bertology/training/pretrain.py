@@ -25,6 +25,8 @@ before it returned:
     trainer, push_args = build_trainer(recipe, model, tokenizer, collator, train_dataset, eval_dataset, training_args)
     if data_args.fixed_shape_batches:  # token-budget steps of one shape (training.fixed_shape.use_fixed_shape)
         use_fixed_shape(trainer, recipe.max_seq_length)
+    if recipe.phase_config is not None and model_args.model_name_or_path:  # a later phase (training.phases)
+        continue_phase(trainer, model_args.model_name_or_path)
     metrics = train_and_evaluate(trainer)
     write_outputs(trainer, recipe, data_args, metrics, push_args)  # Hub-format folder, card, all_results.json, push
 
@@ -71,6 +73,7 @@ from .batches import configure_batches
 from .checkpoints import run_lock
 from .corpora import build_datasets, describe_corpus, load_corpora
 from .outputs import write_outputs
+from .phases import continue_phase
 from .resume import RESUME_LAST, already_finished, check_output_dir, check_resume, resolve_resume
 from .run_recipe import (
     NO_POSITION_TABLE,
@@ -196,6 +199,8 @@ def train_in_folder(model_args, data_args, training_args, recipe: Recipe, callba
         from .fixed_shape import use_fixed_shape
 
         use_fixed_shape(trainer, recipe.max_seq_length)
+    if recipe.phase_config is not None and model_args.model_name_or_path:  # a later phase: the optimizer goes on
+        continue_phase(trainer, model_args.model_name_or_path)
     metrics = train_and_evaluate(trainer, resume_from)
     write_outputs(trainer, recipe, data_args, metrics, push_args)
     return metrics

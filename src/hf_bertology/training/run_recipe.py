@@ -111,7 +111,8 @@ def build_recipe(model_args: ModelArguments) -> Recipe:
     if source:
         check_family(source, recipe)
         try:
-            recipe.config = recipe.config_class.from_pretrained(source, **overrides)
+            # a later phase sets its own fields (ModernBERT's RoPE θ) on the checkpoint's config
+            recipe.config = recipe.config_class.from_pretrained(source, **{**(recipe.phase_config or {}), **overrides})
         except OSError as err:  # not a folder, and not on the Hub (or offline)
             raise BertologyError(
                 f"{source}: no such folder, and no model of that name could be loaded from the Hub "

@@ -72,6 +72,8 @@ And the official optimizers a recipe names through TrainingArguments' free-form 
 
 9. **Adam without bias correction** (`--optim_args bias_correction=False`, DeBERTa-v3's XAdam) and **DeBERTa's
    `warmup_linear`** (`--lr_scheduler_kwargs '{"decay_from_start": true}'` with the linear schedule).
+10. **A later phase's optimizer** (`phase_start`, set by `phases.continue_phase`): a run that is not resumed loads
+   the previous phase's optimizer state and resets the lr and weight decay (`phases.restart_override`).
 """
 
 from __future__ import annotations
@@ -101,6 +103,7 @@ from .checkpoints import (
     verify,
 )
 from .optimizers import AdamWNoBiasCorrection, decays_from_start, warmup_linear_schedule, without_bias_correction
+from .phases import restart_override
 
 COMPLETE_MARKER = MARKER  # the name tests and older callers import from here
 # Engines that clip inside themselves (sharded or compiled gradients): there the stock global clipping stays.
@@ -197,6 +200,7 @@ class BertologyTrainer(Trainer):
             if resume_from_checkpoint is None:
                 raise ValueError(f"No complete checkpoint found in output directory ({self.args.output_dir})")
         resume_from_checkpoint = str(resume_from_checkpoint) if resume_from_checkpoint else None
+        self._resuming = resume_from_checkpoint is not None  # 10.: a resumed phase has its own optimizer state
         # a second `train` call starts its own log window: values left after the last call's last log are dropped
         self._components["train"].clear()
         self._first_step = None
@@ -222,6 +226,14 @@ class BertologyTrainer(Trainer):
             return Trainer.get_optimizer_cls_and_kwargs(args, model)
         kwargs = {"lr": args.learning_rate, "betas": (args.adam_beta1, args.adam_beta2), "eps": args.adam_epsilon}
         return AdamWNoBiasCorrection, kwargs
+
+    def create_optimizer(self, model=None):
+        fresh = self.optimizer is None
+        optimizer = super().create_optimizer(model)
+        start = getattr(self, "phase_start", None)  # 10.
+        if fresh and start is not None and not getattr(self, "_resuming", False):
+            restart_override(optimizer, start, self.args.learning_rate, self.args.weight_decay)
+        return optimizer
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         if self.lr_scheduler is not None or not decays_from_start(self.args):
