@@ -121,6 +121,18 @@ class DataArguments:
             "(docs/speed.md). Needs padding-free batches and a map-style dataset."
         },
     )
+    batch_size_warmup_tokens: int | None = field(
+        default=None,
+        metadata={
+            "help": "Grow each step's batch from --batch_size_warmup_min_size examples to the full batch over this "
+            "many tokens (all processes), as ModernBERT's official runs (50B base, 10B large). Default: the "
+            "recipe's (modernbert-base, -large); 0: none. Needs a map-style training set (not --streaming)."
+        },
+    )
+    batch_size_warmup_min_size: int | None = field(
+        default=None,
+        metadata={"help": "The warmup's first batch, in examples per micro-batch (default: the recipe's)."},
+    )
 
 
 # TrainingArguments defaults that suit pretraining (a flag or the recipe still wins).
