@@ -292,7 +292,10 @@ def test_three_phases_carry_the_optimizer_as_restart_override(tmp_path):
     previous phase, `load_weights_only: false`, `reset_time: true`, `restart_override: true`) and main.py:474-500:
     a later phase started from the previous phase's checkpoint-N has its Adam moments and step at its first step;
     its lr, schedule and weight decay are its own; StableAdamW's `max_lr` stays phase 1's; RoPE θ is the phase's."""
-    run_phase(tmp_path, "modernbert-tiny", "phase1", "--vocab_size", "300", "--max_steps", "3")
+    # phase 1 with another weight decay than the later phases' 1e-5, so that the reset shows
+    run_phase(
+        tmp_path, "modernbert-tiny", "phase1", "--vocab_size", "300", "--max_steps", "3", "--weight_decay", "1e-4"
+    )
     groups1, state1 = saved_optimizer(tmp_path / "phase1" / "checkpoint-3")
     phase2 = run_phase(
         tmp_path, "modernbert-base-context-extension", "phase2",
@@ -300,6 +303,7 @@ def test_three_phases_carry_the_optimizer_as_restart_override(tmp_path):
     )  # fmt: skip
     assert [int(g["step"]) for g in phase2.groups] == [3, 3]  # optimi counts steps per group: phase 1's 3
     assert [g["lr"] for g in phase2.groups] == [3e-4, 3e-4]  # the phase's (constant schedule)
+    assert [g["weight_decay"] for g in groups1] == [1e-4, 0.0]
     assert [g["weight_decay"] for g in phase2.groups] == [1e-5, 0.0]  # the phase's, where there was decay
     assert [g["max_lr"] for g in phase2.groups] == [1e-3, 1e-3]  # modernbert-tiny's peak, not the phase's
     assert phase2.state.keys() == state1.keys()

@@ -267,8 +267,10 @@ def check_sizes(model_args: ModelArguments, data_args: DataArguments, training_a
         "--max_eval_samples": data_args.max_eval_samples,
         "--vocab_size": model_args.vocab_size,
         "--tokenizer_train_samples": model_args.tokenizer_train_samples,
+        "--batch_size_warmup_min_size": data_args.batch_size_warmup_min_size,
     }
     check_counts(counts)
+    check_range("--batch_size_warmup_tokens", data_args.batch_size_warmup_tokens, 0)  # 0: no warmup
     check_range("--preprocessing_num_workers", data_args.preprocessing_num_workers, 0)  # 0: the main process
     if data_args.max_seq_length is not None and data_args.max_seq_length < MIN_SEQ_LENGTH:
         raise BertologyError(f"--max_seq_length must be at least {MIN_SEQ_LENGTH}, got {data_args.max_seq_length}")

@@ -108,9 +108,7 @@ def use_batch_size_warmup(trainer, recipe, data_args) -> BatchSizeWarmup | None:
     tokens = data_args.batch_size_warmup_tokens if asked else tokens
     if data_args.batch_size_warmup_min_size is not None:
         min_size = data_args.batch_size_warmup_min_size
-    if tokens < 0:
-        raise BertologyError(f"--batch_size_warmup_tokens must be at least 0, got {tokens}")
-    if not tokens:
+    if not tokens:  # its range is checked with the other sizes (`arguments.check_sizes`)
         return None
     args = trainer.args
     reason = None
