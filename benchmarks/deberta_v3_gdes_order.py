@@ -1,6 +1,6 @@
 """DeBERTa-v3's two updates in the official order against ours, on `deberta-v3-mini` (issue 37; CPU).
 
-    nice python benchmarks/deberta_v3_gdes_order.py OUT_DIR [--steps 300] [--batch 8] [--text FILE]
+    nice python benchmarks/deberta_v3_gdes_order.py OUT_DIR [--steps 300] [--batch 8] [--text FILE] [--arms ...]
 
 Officially (microsoft/DeBERTa `apps/tasks/rtd_task.py`, decoupled training) the generator's optimizer steps first,
 and the discriminator's forward then reads the *updated* generator table (GDES: sg(E_G) + Δ). Ours computes both
@@ -133,11 +133,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--text", type=Path, default=TEXT)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS), help="runs to train (all)")
     args = parser.parse_args(argv)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     setup = setting_up(args)
     results = {}
-    for name, (official_order, seed) in ARMS.items():
+    for name in args.arms:
+        official_order, seed = ARMS[name]
         start = time.perf_counter()
         results[name] = train_arm(official_order, seed, setup, args)
         print(f"{name}: {args.steps} steps in {time.perf_counter() - start:.0f} s", flush=True)
