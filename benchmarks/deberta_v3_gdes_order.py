@@ -1,6 +1,7 @@
 """DeBERTa-v3's two updates in the official order against ours, on `deberta-v3-mini` (issue 37; CPU).
 
     nice python benchmarks/deberta_v3_gdes_order.py OUT_DIR [--steps 300] [--batch 8] [--text FILE] [--arms ...]
+    [--tokenizer_name DIR] (train one first with --save_tokenizer, then run the arms in parallel processes)
 
 Officially (microsoft/DeBERTa `apps/tasks/rtd_task.py`, decoupled training) the generator's optimizer steps first,
 and the discriminator's forward then reads the *updated* generator table (GDES: sg(E_G) + Δ). Ours computes both
@@ -42,6 +43,7 @@ def setting_up(args):
     """The recipe's tokenizer, collator and examples, as `bertology pretrain` builds them."""
     argv = ["--recipe", "deberta-v3-mini", "--train_file", str(args.text), "--output_dir", str(args.out_dir)]
     argv += ["--do_eval", "true", "--max_steps", str(args.steps), "--use_cpu", "true", "--seed", "0"]
+    argv += ["--tokenizer_name", str(args.tokenizer_name)] if args.tokenizer_name else []
     model_args, data_args, training_args, explicit = parse_args(argv)
     recipe = build_recipe(model_args)
     training_args = training_arguments(training_args, recipe, explicit)
@@ -133,10 +135,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--text", type=Path, default=TEXT)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--tokenizer_name", type=Path, help="a tokenizer folder (runs in parallel share one)")
+    parser.add_argument("--save_tokenizer", action="store_true", help="only train the tokenizer into OUT_DIR")
     parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS), help="runs to train (all)")
     args = parser.parse_args(argv)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     setup = setting_up(args)
+    if args.save_tokenizer:
+        setup[2].save_pretrained(args.out_dir)
+        return
     results = {}
     for name in args.arms:
         official_order, seed = ARMS[name]
