@@ -36,7 +36,12 @@ from hf_bertology.training.trainer import EVAL_EPOCH, BertologyTrainer, ExampleI
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = ROOT.parent / "shared" / "data" / "wikitext-2-raw" / "wiki.valid.raw"
-ARMS = {"joint (ours)": (False, 0), "official order": (True, 0), "joint, seed 1": (False, 1)}
+ARMS = {
+    "joint (ours)": (False, 0),
+    "official order": (True, 0),
+    "joint, seed 1": (False, 1),
+    "official order, seed 1": (True, 1),
+}
 
 
 def setting_up(args):
