@@ -312,6 +312,120 @@ def test_trainer_clips_generator_and_discriminator_apart(tmp_path):
     assert torch.allclose(clipped, torch.tensor(1.0), rtol=1e-4)
 
 
+# -- optimizer and schedule: XAdam without bias correction, warmup_linear ------------------------------------------
+
+
+def official_adamw(data, m, v, grad, lr, beta1, beta2, eps, weight_decay):
+    """microsoft/DeBERTa `DeBERTa/optims/xadam.py` `adamw()` as XAdam calls it (bias_correction 0, eps_mode 1),
+    transcribed: the moments, then the update with ε outside the root plus wd·w, times lr."""
+    m.mul_(beta1).add_((1 - beta1) * grad)
+    v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    update = m / (v.sqrt() + eps) + weight_decay * data
+    data.add_(-lr * update)
+
+
+def official_warmup_linear(step, total, warmup=0.002, ends=0):
+    """microsoft/DeBERTa `DeBERTa/optims/lr_schedulers.py` `warmup_linear`, transcribed (warmup: a fraction)."""
+    x = step / total
+    x = x - int(x)
+    if x < warmup:
+        return x / warmup
+    return (1 - ends) * (1.0 - x) + ends
+
+
+def recipe_trainer(tmp_path, model, **flags):
+    """A BertologyTrainer with deberta-v3-tiny's TrainingArguments as `bertology pretrain` settles them."""
+    from transformers import TrainingArguments
+
+    from hf_bertology.training.arguments import training_arguments
+    from hf_bertology.training.trainer import BertologyTrainer
+
+    given = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[], **flags)
+    args = training_arguments(given, hb.get_recipe("deberta-v3-tiny"), {"use_cpu", *flags})
+    return BertologyTrainer(model=model, args=args)
+
+
+def test_optimizer_is_xadam_without_bias_correction(tmp_path):
+    """Five steps of random gradients, weight decay on: our optimizer equals the official update, bit for bit up to
+    float rounding; the recipe builds it (`--optim_args bias_correction=False`) with each group's decay."""
+    from hf_bertology.training.optimizers import AdamWNoBiasCorrection
+
+    trainer = recipe_trainer(tmp_path, tiny_model(), learning_rate=1e-3)
+    optimizer = trainer.create_optimizer()
+    assert type(optimizer) is AdamWNoBiasCorrection
+    assert {g["weight_decay"] for g in optimizer.param_groups} == {0.01, 0.0}
+    assert optimizer.defaults["betas"] == (0.9, 0.999) and optimizer.defaults["eps"] == 1e-6
+    gen = torch.Generator().manual_seed(0)
+    weight = torch.nn.Parameter(torch.randn(6, 5, generator=gen))
+    ours = AdamWNoBiasCorrection([weight], lr=1e-2, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)
+    data, m, v = weight.detach().clone(), torch.zeros(6, 5), torch.zeros(6, 5)
+    for _ in range(5):
+        grad = torch.randn(6, 5, generator=gen)
+        weight.grad = grad.clone()
+        ours.step()
+        official_adamw(data, m, v, grad, 1e-2, 0.9, 0.999, 1e-6, 0.01)
+        torch.testing.assert_close(weight.detach(), data, rtol=0, atol=1e-6)
+
+
+def test_schedule_is_warmup_linear(tmp_path):
+    """At step 50 of 100 with 10 warmup steps the learning rate is half the peak (transformers' linear: 0.556)."""
+    trainer = recipe_trainer(tmp_path, tiny_model(), learning_rate=1e-3, max_steps=100, warmup_steps=10)
+    trainer.create_optimizer()
+    scheduler = trainer.create_scheduler(num_training_steps=100)
+    rates = []
+    for _ in range(100):
+        rates.append(scheduler.get_last_lr()[0])
+        trainer.optimizer.step()
+        scheduler.step()
+    assert rates[50] == pytest.approx(0.5e-3)
+    official = [1e-3 * official_warmup_linear(step, 100, warmup=10 / 100) for step in range(100)]
+    assert rates == pytest.approx(official, abs=1e-12)
+
+
+def test_another_schedule_or_optimizer_drops_the_recipes_settings(tmp_path):
+    """`--lr_scheduler_type cosine` or `--optim adafactor` replaces the recipe's choice, its free-form settings too."""
+    trainer = recipe_trainer(tmp_path, tiny_model(), lr_scheduler_type="cosine", optim="adafactor")
+    assert not trainer.args.lr_scheduler_kwargs and not trainer.args.optim_args
+    from hf_bertology.utils import BertologyError
+
+    with pytest.raises(BertologyError, match="bias_correction=False applies to --optim"):
+        recipe_trainer(
+            tmp_path, tiny_model(), optim="adafactor", optim_args="bias_correction=False"
+        ).create_optimizer()
+
+
+def test_first_step_of_a_gradient_of_ones_through_pretrain(tmp_path, corpus_file):
+    """`bertology pretrain --recipe deberta-v3-tiny`: a gradient of ones moves a weight by lr·(1-β1)/√(1-β2) at the
+    first step (XAdam, no bias correction; torch's AdamW: lr)."""
+    from transformers import TrainerCallback
+
+    from hf_bertology.training.pretrain import main
+
+    name = "mask_predictions.LayerNorm.bias"  # not decayed: the step is Adam's alone
+
+    class OnesAtFirstStep(TrainerCallback):
+        def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+            if state.global_step == 0:
+                for p in model.parameters():
+                    if p.requires_grad:
+                        p.grad = torch.ones_like(p)
+                self.before = dict(model.named_parameters())[name].detach().clone()
+
+        def on_optimizer_step(self, args, state, control, model=None, optimizer=None, **kwargs):
+            if state.global_step == 0:
+                self.moved = dict(model.named_parameters())[name].detach() - self.before
+                self.lr = optimizer.param_groups[0]["lr"]
+
+    probe = OnesAtFirstStep()
+    argv = ["--recipe", "deberta-v3-tiny", "--train_file", str(corpus_file), "--output_dir", str(tmp_path / "out")]
+    argv += ["--vocab_size", "300", "--max_train_samples", "4", "--per_device_train_batch_size", "4"]
+    argv += ["--max_steps", "1", "--learning_rate", "1e-3", "--warmup_steps", "0", "--use_cpu", "true"]
+    main([*argv, "--save_strategy", "no", "--disable_tqdm", "true"], callbacks=[probe])
+    assert probe.lr == pytest.approx(1e-3)  # warmup_linear at step 0 of a run without warmup: the peak
+    expected = -1e-3 * (1 - 0.9) / (1 - 0.999) ** 0.5  # against the gradient
+    torch.testing.assert_close(probe.moved, torch.full_like(probe.moved, expected), rtol=0.05, atol=0)
+
+
 # -- saving: merged GDES table, plain transformers ------------------------------------------------------------------
 
 

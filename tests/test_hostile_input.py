@@ -394,6 +394,12 @@ def test_a_new_run_in_a_finished_runs_folder_is_refused(tmp_path, capsys):
         ("bert-tiny", ["--adam_beta2", "1"], ["--adam_beta2 must be in [0, 1)"]),
         ("bert-tiny", ["--tokenizer_train_samples", "0"], ["--tokenizer_train_samples must be at least 1"]),
         ("bert-tiny", ["--preprocessing_num_workers", "-1"], ["--preprocessing_num_workers must be at least 0"]),
+        ("modernbert-tiny", ["--batch_size_warmup_tokens", "-1"], ["--batch_size_warmup_tokens must be at least 0"]),
+        (
+            "modernbert-tiny",
+            ["--batch_size_warmup_min_size", "0"],
+            ["--batch_size_warmup_min_size must be at least 1"],
+        ),
     ],
 )
 def test_values_out_of_range_are_one_line_before_training(tmp_path, out, capsys, recipe, flags, needles):

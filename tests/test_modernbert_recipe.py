@@ -3,14 +3,16 @@ decay, documents kept apart in packed rows, phase-1 RoPE, the attention-output d
 
 from __future__ import annotations
 
+import copy
 import inspect
+import json
 import math
 from pathlib import Path
 
 import datasets
 import pytest
 import torch
-from transformers import TrainingArguments
+from transformers import TrainerCallback, TrainingArguments
 
 import hf_bertology as hb
 from hf_bertology import recipes
@@ -27,6 +29,7 @@ from hf_bertology.models.modernbert.tiling import init_from_base, layer_mapping,
 from hf_bertology.training.attention import PACKED_ATTENTION, set_attention
 from hf_bertology.training.trainer import BertologyTrainer
 from model_tester import TINY_CONFIGS
+from platform_support import write_corpus
 
 # local_attention 8: the local layers' window (|i - j| <= 4) is shorter than the documents below, so it matters.
 TINY = TINY_CONFIGS["modernbert"]  # the shared tester's (tests/model_tester.py)
@@ -253,6 +256,199 @@ def test_phase_one_schedule_batch_and_warmup():
     assert base["warmup_steps"] == round(3e9 / (4608 * 1024)) and large["warmup_steps"] == round(2e9 / (4928 * 1024))
     assert base["max_steps"] == round(1.719e12 / (4608 * 1024))
     assert base["lr_scheduler_type"] == large["lr_scheduler_type"] == "constant_with_warmup"
+
+
+class FirstStepOptimizer(TrainerCallback):
+    """Records the optimizer as the first optimizer step of a run finds it (after clipping, before stepping)."""
+
+    def on_pre_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
+        if state.global_step == 0:
+            optimizer = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper
+            # copies: optimi counts its step in a tensor of the group, in place
+            self.groups = [
+                {k: copy.deepcopy(v) for k, v in g.items() if k != "params"} for g in optimizer.param_groups
+            ]
+            self.state = {k: {n: v.clone() for n, v in s.items() if torch.is_tensor(v)} for k, s in enumerate(
+                optimizer.state[p] for g in optimizer.param_groups for p in g["params"])}  # fmt: skip
+
+
+def run_phase(tmp_path, recipe: str, output: str, *flags: str) -> FirstStepOptimizer:
+    from hf_bertology.training.pretrain import main
+
+    probe = FirstStepOptimizer()
+    argv = ["--recipe", recipe, "--train_file", str(write_corpus(tmp_path / "corpus.txt")), "--output_dir"]
+    argv += [str(tmp_path / output), "--max_seq_length", "64", "--per_device_train_batch_size", "4", "--use_cpu"]
+    main([*argv, "true", "--disable_tqdm", "true", "--seed", "0", *flags], callbacks=[probe])
+    return probe
+
+
+def saved_optimizer(checkpoint: Path) -> tuple[list[dict], dict]:
+    saved = torch.load(checkpoint / "optimizer.pt", weights_only=True)
+    return saved["param_groups"], saved["state"]
+
+
+def test_three_phases_carry_the_optimizer_as_restart_override(tmp_path):
+    """yamls/modernbert/modernbert-base-{context-extension,learning-rate-decay}.yaml:155-160 (`load_path` of the
+    previous phase, `load_weights_only: false`, `reset_time: true`, `restart_override: true`) and main.py:474-500:
+    a later phase started from the previous phase's checkpoint-N has its Adam moments and step at its first step;
+    its lr, schedule and weight decay are its own; StableAdamW's `max_lr` stays phase 1's; RoPE θ is the phase's."""
+    # phase 1 with another weight decay than the later phases' 1e-5, so that the reset shows
+    run_phase(
+        tmp_path, "modernbert-tiny", "phase1", "--vocab_size", "300", "--max_steps", "3", "--weight_decay", "1e-4"
+    )
+    groups1, state1 = saved_optimizer(tmp_path / "phase1" / "checkpoint-3")
+    phase2 = run_phase(
+        tmp_path, "modernbert-base-context-extension", "phase2",
+        "--model_name_or_path", str(tmp_path / "phase1" / "checkpoint-3"), "--max_steps", "2",
+    )  # fmt: skip
+    assert [int(g["step"]) for g in phase2.groups] == [3, 3]  # optimi counts steps per group: phase 1's 3
+    assert [g["lr"] for g in phase2.groups] == [3e-4, 3e-4]  # the phase's (constant schedule)
+    assert [g["weight_decay"] for g in groups1] == [1e-4, 0.0]
+    assert [g["weight_decay"] for g in phase2.groups] == [1e-5, 0.0]  # the phase's, where there was decay
+    assert [g["max_lr"] for g in phase2.groups] == [1e-3, 1e-3]  # modernbert-tiny's peak, not the phase's
+    assert phase2.state.keys() == state1.keys()
+    for index, saved in state1.items():  # the moments as phase 1 left them
+        for name in ("exp_avg", "exp_avg_sq"):
+            torch.testing.assert_close(phase2.state[index][name], saved[name], rtol=0, atol=0)
+    config = json.loads((tmp_path / "phase2" / "config.json").read_text())
+    assert config["rope_parameters"]["full_attention"]["rope_theta"] == 160_000.0
+    assert config["rope_parameters"]["sliding_attention"]["rope_theta"] == 10_000.0
+    decay = '{"num_decay_steps": 2, "decay_type": "1-sqrt", "min_lr_ratio": 0.001}'
+    phase3 = run_phase(
+        tmp_path, "modernbert-base-decay", "phase3", "--model_name_or_path", str(tmp_path / "phase2" / "checkpoint-2"),
+        "--max_steps", "2", "--lr_scheduler_kwargs", decay,
+    )  # fmt: skip
+    assert [int(g["step"]) for g in phase3.groups] == [5, 5]
+    assert [g["lr"] for g in phase3.groups] == [3e-4, 3e-4] and [g["max_lr"] for g in phase3.groups] == [1e-3, 1e-3]
+
+
+def test_a_phase_from_a_folder_without_optimizer_state_starts_fresh(tmp_path):
+    """The final output folder holds no optimizer.pt: weights only, a fresh optimizer (and a warning)."""
+    run_phase(tmp_path, "modernbert-tiny", "phase1", "--vocab_size", "300", "--max_steps", "1")
+    phase2 = run_phase(
+        tmp_path, "modernbert-base-context-extension", "phase2",
+        "--model_name_or_path", str(tmp_path / "phase1"), "--max_steps", "1",
+    )  # fmt: skip
+    assert not any("step" in g for g in phase2.groups) and not phase2.state[0]  # optimi: no step taken yet
+    assert [g["max_lr"] for g in phase2.groups] == [3e-4] * 2
+
+
+# -- 3b. Batch-size warmup ---------------------------------------------------------------------------------------
+
+
+class OfficialBatchSizeWarmup:
+    """AnswerDotAI/ModernBERT src/sequence_packer.py `BatchSizeWarmupScheduler` (rows of one micro-batch; the
+    tokens a process has seen), transcribed."""
+
+    def __init__(self, min_batch_size, max_batch_size, warmup_tokens, world_size):
+        self.min_batch_size, self.max_batch_size = min_batch_size, max_batch_size
+        self.warmup_tokens = math.ceil(warmup_tokens / world_size)
+        steps_per_unit = self.warmup_tokens / sum(range(min_batch_size, max_batch_size))
+        self.thresholds, total = [], 0
+        for batch_size in range(min_batch_size, max_batch_size):
+            total += batch_size
+            self.thresholds.append(math.ceil(steps_per_unit * total))
+
+    def __call__(self, current_step):
+        if current_step >= self.warmup_tokens:
+            return self.max_batch_size
+        for i, threshold in enumerate(self.thresholds):
+            if current_step < threshold:
+                return self.min_batch_size + i
+        return self.max_batch_size
+
+
+def test_warmup_sizes_follow_the_official_schedule():
+    """Rows of `min_size` examples, tokens counted as full rows of `max_seq_length` (packed rows are full)."""
+    from hf_bertology.training.batch_warmup import BatchSizeWarmup
+
+    for tokens, min_size, full, accumulation, world in [
+        (768, 2, 8, 1, 1),
+        (10**6, 96, 4608, 2, 4),
+        (5000, 3, 10, 1, 2),
+    ]:
+        warmup = BatchSizeWarmup(tokens, min_size, full, 64, accumulation, world)
+        official = OfficialBatchSizeWarmup(1, math.ceil(full / min_size), tokens, world)
+        expected, seen = [], 0
+        while seen < official.warmup_tokens:
+            rows = official(seen)
+            expected.append(min(rows * min_size, full))
+            seen += rows * min_size * 64 * accumulation
+        assert warmup.sizes() == expected
+        assert warmup.size_at(len(expected) * accumulation, expected) == full
+    assert BatchSizeWarmup(768, 2, 8, 64).sizes() == [2, 4, 6]  # by hand: thresholds 128, 384, 768 tokens
+    base, large = hb.get_recipe("modernbert-base"), hb.get_recipe("modernbert-large")  # yaml l.77-78, 123 / 130
+    assert (base.batch_size_warmup, large.batch_size_warmup) == ((50_000_000_000, 96), (10_000_000_000, 56))
+    for name in ("modernbert-base-context-extension", "modernbert-base-decay", "modernbert-tiny"):
+        assert hb.get_recipe(name).batch_size_warmup is None
+
+
+def test_warmup_sampler_steps_and_processes():
+    """Padded and padding-free steps: sizes by the schedule, every process the same size, no example twice."""
+    from hf_bertology.training.batch_warmup import BatchSizeWarmup, WarmupBatchSampler
+
+    one = list(WarmupBatchSampler(40, BatchSizeWarmup(768, 2, 8, 64), seed=0))
+    assert [len(b) for b in one] == [2, 4, 6, 8, 8] and len({i for b in one for i in b}) == 28
+    two = BatchSizeWarmup(1024, 2, 4, 64, accumulation=2, world_size=2)  # 2 steps of 2, then 4: per micro-batch
+    ranks = [list(WarmupBatchSampler(40, two, seed=0, rank=rank)) for rank in (0, 1)]
+    assert [len(b) for b in ranks[0]] == [len(b) for b in ranks[1]] == [2, 2, 2, 2, 4]
+    assert not {i for b in ranks[0] for i in b} & {i for b in ranks[1] for i in b}
+    sampler = WarmupBatchSampler(40, BatchSizeWarmup(768, 2, 8, 64), seed=0)
+    sampler.set_epoch(1)  # the warmup is over by the second epoch
+    assert [len(b) for b in sampler] == [8] * 5
+
+
+def test_fixed_shape_steps_fill_the_warmups_share_of_rows():
+    from hf_bertology.collators.fixed_shape import TokenBudget
+    from hf_bertology.training.batch_warmup import BatchSizeWarmup
+    from hf_bertology.training.fixed_shape import TrainerTokenBudgetSampler
+
+    lengths = [15] * 200  # four to a row of 64 (the budget's last slot stays free)
+    budget = TokenBudget(rows=4, row_length=64, max_length=64, max_sequences=40, max_targets=64)
+    sampler = TrainerTokenBudgetSampler(lengths, budget, seed=0)
+    sampler.warm_up(BatchSizeWarmup(768, 4, 16, 16))  # 4, 4, 8, 8, 12, 12 of 16 examples: 1, 1, 2, 2, 3, 3 rows
+    assert [len(b) for b in sampler][:8] == [4, 4, 8, 8, 12, 12, 16, 16]
+    sampler.set_epoch(1)
+    assert {len(b) for b in list(sampler)[:-1]} == {16}
+
+
+def steps_after(log_history: list[dict], step: int) -> list[list]:
+    return [
+        [log["step"], log["num_input_tokens_seen"], log["loss"]]
+        for log in log_history
+        if "loss" in log and log["step"] > step
+    ]
+
+
+def test_batch_warmup_through_pretrain_resumes_the_same_schedule(tmp_path):
+    """`bertology pretrain` with a warmup (padding-free, then fixed-shape): tokens per step grow; stopped at step 3
+    and resumed, the run logs the same tokens and losses at steps 4-6 as the uninterrupted one."""
+    import shutil
+
+    warmup = ["--batch_size_warmup_tokens", "1536", "--batch_size_warmup_min_size", "2", "--max_steps", "6"]
+    warmup += ["--save_steps", "3", "--logging_steps", "1", "--per_device_train_batch_size", "8"]
+    for layout in ([], ["--fixed_shape_batches", "true"]):
+        name = "fixed" if layout else "flat"
+        run_phase(tmp_path, "modernbert-tiny", name, "--vocab_size", "300", *warmup, *layout)
+        logs = json.loads((tmp_path / name / "checkpoint-6" / "trainer_state.json").read_text())["log_history"]
+        seen = [log["num_input_tokens_seen"] for log in logs if "loss" in log]
+        steps = [b - a for a, b in zip([0, *seen], seen)]
+        assert 2 * steps[0] <= steps[4] + 1, (
+            steps
+        )  # flat: 2, 2, 4, 4, 6, 6 examples; fixed: 1, 1, 1, 1, 2, 2 of 2 rows
+        resumed = tmp_path / f"{name}-resumed"
+        resumed.mkdir()
+        shutil.copytree(tmp_path / name / "checkpoint-3", resumed / "checkpoint-3")
+        run_phase(
+            tmp_path, "modernbert-tiny", resumed.name, "--tokenizer_name", str(resumed / "checkpoint-3"), *warmup,
+            *layout, "--resume_from_checkpoint", str(resumed / "checkpoint-3"),
+        )  # fmt: skip
+        again = json.loads((resumed / "checkpoint-6" / "trainer_state.json").read_text())["log_history"]
+        after, after_resuming = steps_after(logs, 3), steps_after(again, 3)
+        assert [row[:2] for row in after_resuming] == [row[:2] for row in after]  # the same steps, the same tokens
+        # padding-free: bit for bit; fixed-shape resumes to ~1e-6 without a warmup too (float order in its layout)
+        tolerance = 1e-4 if layout else 0
+        assert [row[2] for row in after_resuming] == pytest.approx([row[2] for row in after], rel=tolerance)
 
 
 # -- 4. Dropout ------------------------------------------------------------------------------------------------

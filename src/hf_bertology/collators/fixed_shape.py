@@ -36,6 +36,7 @@ binomial margin. A step that would overflow `max_targets` grows it (one recompil
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -188,7 +189,9 @@ class TokenBudgetBatchSampler(torch.utils.data.Sampler):
                 take = min(n, cursor + self.pool_size - len(pool))
                 pool.extend(order[cursor:take].tolist())
                 cursor = take
-                bins, rest = best_fit([int(self.lengths[i]) for i in pool], self.budget)
+                rows = self.rows_at(len(batches))
+                budget = self.budget if rows == self.budget.rows else dataclasses.replace(self.budget, rows=rows)
+                bins, rest = best_fit([int(self.lengths[i]) for i in pool], budget)
                 chosen = [pool[i] for row in bins for i in row]
                 if not chosen:
                     raise ValueError("an example does not fit the token budget")
@@ -196,6 +199,11 @@ class TokenBudgetBatchSampler(torch.utils.data.Sampler):
                 pool = [pool[i] for i in sorted(rest)]
             self._batches = batches
         return self._batches
+
+    def rows_at(self, index: int) -> int:
+        """The budget's rows step `index` of this epoch may fill (all; fewer under a batch-size warmup, the shape
+        staying the budget's)."""
+        return self.budget.rows
 
     def __iter__(self) -> Iterator[list[int]]:
         yield from self._plan()

@@ -10,8 +10,8 @@ from ..models.deberta_v3 import BertologyDebertaV3Config, BertologyDebertaV3ForP
 from .base import SIZES, SMALL_DATA, Variant, make_preset
 
 # DeBERTa-v3: microsoft/DeBERTa experiments/language_model (rtd.sh, rtd_*.json, DeBERTa/optims/args.py): Adam
-# β (0.9, 0.999), ε 1e-6, wd 0.01, clip 1.0, linear warmup (10k steps) then linear decay (`warmup_linear`), 1M steps
-# at length 512; lr 1e-4 at batch 256 (base, large; small has no from-scratch entry and takes base's), 3e-4 at batch
+# β (0.9, 0.999), ε 1e-6, no bias correction (XAdam), wd 0.01, clip 1.0, linear warmup (10k steps) then
+# `warmup_linear` (1 - step/total), 1M steps at length 512; lr 1e-4 at batch 256 (base, large; small has no from-scratch entry and takes base's), 3e-4 at batch
 # 64 (xsmall). Loss MLM + 10 RTD (rtd_task.py --rtd_lambda default; the paper says 50). Sizes: heads of 64, FFN 4H;
 # generator = half the depth, same width. Every number with its source file and line: docs/recipes/deberta_v3.md.
 DEBERTA_V3_TRAINING = {
@@ -22,6 +22,8 @@ DEBERTA_V3_TRAINING = {
     "warmup_steps": 10_000,
     "max_steps": 1_000_000,
     "lr_scheduler_type": "linear",
+    "lr_scheduler_kwargs": {"decay_from_start": True},  # `warmup_linear`: after warmup 1 - step/total
+    "optim_args": "bias_correction=False",  # XAdam: `adamw(..., bias_correction=0)`
     "max_grad_norm": 1.0,
 }
 DEBERTA_V3_SIZES = {

@@ -81,6 +81,9 @@ MODERNBERT_PHASES = {
     ("decay", "large"): (50_000_000_000, 8192, 624, 5e-5, 1e-6, 0),
 }
 
+# Phase 1's batch-size warmup (yaml l.77-78, l.123/130): (tokens, first batch in sequences = one micro-batch).
+MODERNBERT_BATCH_WARMUP = {"base": (50_000_000_000, 96), "large": (10_000_000_000, 56)}
+
 
 def _modernbert_preset(size: str, phase: str = "pretrain") -> dict:
     training = dict(MODERNBERT_TRAINING)
@@ -97,6 +100,8 @@ def _modernbert_preset(size: str, phase: str = "pretrain") -> dict:
             max_steps=steps,
         )
         data = {"vocab_size": 50368, "max_seq_length": length}
+        if phase == "pretrain":  # batch_size_warmup_tokens; _min_size: one micro-batch (device_train_microbatch_size)
+            data["batch_size_warmup"] = MODERNBERT_BATCH_WARMUP[size]
         if phase != "pretrain":
             config.update(modernbert_rope(160_000.0))  # `rotary_emb_base: 160000.0`, `local_attn_rotary_emb_base`
             training["lr_scheduler_type"] = "constant"  # constant_with_warmup, t_warmup 0tok
@@ -105,6 +110,8 @@ def _modernbert_preset(size: str, phase: str = "pretrain") -> dict:
             training["lr_scheduler_kwargs"] = {"num_decay_steps": steps, "decay_type": "1-sqrt", "min_lr_ratio": 1e-3}
     preset = make_preset("modernbert", size if size in SIZES else "base", None, training, **data)
     preset["config"] = {**preset["config"], **config}
+    if phase != "pretrain":  # `load_path` of the previous phase, `load_weights_only: false`, `restart_override: true`
+        preset["phase_config"] = modernbert_rope(160_000.0)
     return {**preset, "tokenizer": MODERNBERT_TOKENIZER}
 
 

@@ -33,6 +33,11 @@ class Recipe:
     tokenizer_kwargs: dict[str, Any] = field(default_factory=dict)
     explicit: frozenset[str] = frozenset()  # config fields the user set (get_recipe's overrides)
     backbone: str | None = None  # another paper's encoder (BACKBONES) under this objective; None: the paper's own
+    # A later pretraining phase (ModernBERT's): the config fields it sets on the checkpoint it starts from, whose
+    # optimizer state it carries (training/phases.py); None: not a phase recipe.
+    phase_config: dict[str, Any] | None = None
+    # Batch-size warmup (training/batch_warmup.py): (tokens over all processes, first batch in examples); None: none.
+    batch_size_warmup: tuple[int, int] | None = None
 
     @property
     def spec(self) -> Variant:
@@ -144,4 +149,6 @@ def preset_recipe(name: str, config_overrides: dict[str, Any]) -> Recipe:
         max_seq_length=data.get("max_seq_length", 128),
         tokenizer_kwargs=dict(preset.get("tokenizer", {})),
         explicit=frozenset(config_overrides),
+        phase_config=preset.get("phase_config"),
+        batch_size_warmup=data.get("batch_size_warmup"),
     )

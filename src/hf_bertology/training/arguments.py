@@ -128,6 +128,18 @@ class DataArguments:
             "(docs/speed.md). Needs padding-free batches and a map-style dataset."
         },
     )
+    batch_size_warmup_tokens: int | None = field(
+        default=None,
+        metadata={
+            "help": "Grow each step's batch from --batch_size_warmup_min_size examples to the full batch over this "
+            "many tokens (all processes), as ModernBERT's official runs (50B base, 10B large). Default: the "
+            "recipe's (modernbert-base, -large); 0: none. Needs a map-style training set (not --streaming)."
+        },
+    )
+    batch_size_warmup_min_size: int | None = field(
+        default=None,
+        metadata={"help": "The warmup's first batch, in examples per micro-batch (default: the recipe's)."},
+    )
 
 
 # TrainingArguments defaults that suit pretraining (a flag or the recipe still wins).
@@ -262,8 +274,10 @@ def check_sizes(model_args: ModelArguments, data_args: DataArguments, training_a
         "--max_eval_samples": data_args.max_eval_samples,
         "--vocab_size": model_args.vocab_size,
         "--tokenizer_train_samples": model_args.tokenizer_train_samples,
+        "--batch_size_warmup_min_size": data_args.batch_size_warmup_min_size,
     }
     check_counts(counts)
+    check_range("--batch_size_warmup_tokens", data_args.batch_size_warmup_tokens, 0)  # 0: no warmup
     check_range("--preprocessing_num_workers", data_args.preprocessing_num_workers, 0)  # 0: the main process
     if data_args.max_seq_length is not None and data_args.max_seq_length < MIN_SEQ_LENGTH:
         raise BertologyError(f"--max_seq_length must be at least {MIN_SEQ_LENGTH}, got {data_args.max_seq_length}")
@@ -271,6 +285,17 @@ def check_sizes(model_args: ModelArguments, data_args: DataArguments, training_a
     if holding_out and not 0 < data_args.validation_split_percentage < 100:
         percentage = data_args.validation_split_percentage
         raise BertologyError(f"--validation_split_percentage must be between 0 and 100 (exclusive), got {percentage}")
+
+
+# A recipe's free-form settings belong to its choice: a user who picks another one does not get them.
+SETTINGS_OF_CHOICE = {"optim": "optim_args", "lr_scheduler_type": "lr_scheduler_kwargs"}
+
+
+def recipe_training(recipe: Recipe, explicit: set[str]) -> dict:
+    """The recipe's TrainingArguments defaults, without its `optim_args` where the user chose the `--optim` and
+    without its `lr_scheduler_kwargs` where the user chose the `--lr_scheduler_type` (unless set as well)."""
+    dropped = {arguments for choice, arguments in SETTINGS_OF_CHOICE.items() if choice in explicit}
+    return {key: value for key, value in recipe.training_defaults.items() if key not in dropped}
 
 
 def training_arguments(
@@ -282,14 +307,14 @@ def training_arguments(
     defaults = {
         **PRETRAIN_DEFAULTS,
         **device_defaults(explicit, streaming),
-        **recipe.training_defaults,
+        **recipe_training(recipe, explicit),
         **launcher_defaults(explicit),
     }
     learning_rate = training_args.learning_rate if "learning_rate" in explicit else defaults.get("learning_rate")
     if learning_rate == 0:  # nothing moves whatever the schedule; polynomial decay (SpanBERT) and StableAdamW's
         # decoupled decay (ModernBERT) divide by the peak and refuse 0: the same no-op, constant and without decay
-        defaults.update(lr_scheduler_type="constant", weight_decay=0.0)
-        explicit = explicit - {"lr_scheduler_type", "weight_decay"}
+        defaults.update(lr_scheduler_type="constant", lr_scheduler_kwargs={}, weight_decay=0.0)
+        explicit = explicit - {"lr_scheduler_type", "lr_scheduler_kwargs", "weight_decay"}
     training_args = keep_token_out_of_files(fit_warmup(apply_defaults(training_args, defaults, explicit)))
     check_world_size(training_args)
     return training_args

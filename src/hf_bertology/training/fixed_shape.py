@@ -11,6 +11,8 @@ not make).
 
 from __future__ import annotations
 
+import math
+
 import datasets
 import pyarrow.compute as pc
 from transformers.trainer_pt_utils import BatchRebalanceSampler
@@ -29,6 +31,28 @@ class TrainerTokenBudgetSampler(TokenBudgetBatchSampler, BatchRebalanceSampler):
     def __init__(self, lengths, budget: TokenBudget, seed: int = 0, num_replicas: int = 1, rank: int = 0):
         TokenBudgetBatchSampler.__init__(self, lengths, budget, shuffle=True, seed=seed)
         self.num_replicas, self.rank = num_replicas, rank
+
+    def warm_up(self, warmup) -> None:
+        """Fill each step's rows in proportion to `warmup`'s batch size at it (`training.batch_warmup`)."""
+        self.warmup, self._warmup_sizes, self._epoch_starts = warmup, warmup.sizes(), {0: 0}
+        self._batches = None
+
+    def _epoch_start(self, epoch: int) -> int:
+        """Steps planned in the epochs before `epoch` (planned again where not known: a run resumed later)."""
+        while epoch not in self._epoch_starts:
+            known = max(self._epoch_starts)
+            saved, (self.epoch, self._batches) = (self.epoch, self._batches), (known, None)
+            self._epoch_starts[known + 1] = self._epoch_starts[known] + len(self._plan())
+            self.epoch, self._batches = saved
+        return self._epoch_starts[epoch]
+
+    def rows_at(self, index: int) -> int:
+        warmup = getattr(self, "warmup", None)
+        if warmup is None:
+            return self.budget.rows
+        micro_batch = (self._epoch_start(self.epoch) + index) // self.num_replicas  # this process's
+        size = warmup.size_at(micro_batch, self._warmup_sizes)
+        return max(1, math.ceil(self.budget.rows * size / warmup.full_size))
 
     def __iter__(self):
         batches = self._plan()

@@ -25,6 +25,9 @@ before it returned:
     trainer, push_args = build_trainer(recipe, model, tokenizer, collator, train_dataset, eval_dataset, training_args)
     if data_args.fixed_shape_batches:  # token-budget steps of one shape (training.fixed_shape.use_fixed_shape)
         use_fixed_shape(trainer, recipe.max_seq_length)
+    if recipe.phase_config is not None and model_args.model_name_or_path:  # a later phase (training.phases)
+        continue_phase(trainer, model_args.model_name_or_path)
+    use_batch_size_warmup(trainer, recipe, data_args)  # the batch grows (training.batch_warmup)
     metrics = train_and_evaluate(trainer)
     write_outputs(trainer, recipe, data_args, metrics, push_args)  # Hub-format folder, card, all_results.json, push
 
@@ -67,10 +70,12 @@ from .arguments import (
     parse_args,
     training_arguments,
 )
+from .batch_warmup import use_batch_size_warmup
 from .batches import configure_batches
 from .checkpoints import run_lock
 from .corpora import build_datasets, describe_corpus, load_corpora
 from .outputs import write_outputs
+from .phases import continue_phase
 from .resume import RESUME_LAST, already_finished, check_output_dir, check_resume, resolve_resume
 from .run_recipe import (
     NO_POSITION_TABLE,
@@ -119,6 +124,7 @@ __all__ = [
     "checkpoint_backbone",
     "checkpoint_variant",
     "configure_batches",
+    "continue_phase",
     "describe_corpus",
     "device_defaults",
     "evaluation_at_start",
@@ -142,6 +148,7 @@ __all__ = [
     "train_in_folder",
     "trainer_class",
     "training_arguments",
+    "use_batch_size_warmup",
     "warn_if_fsdp_ignored",
     "write_outputs",
 ]
@@ -196,6 +203,9 @@ def train_in_folder(model_args, data_args, training_args, recipe: Recipe, callba
         from .fixed_shape import use_fixed_shape
 
         use_fixed_shape(trainer, recipe.max_seq_length)
+    if recipe.phase_config is not None and model_args.model_name_or_path:  # a later phase: the optimizer goes on
+        continue_phase(trainer, model_args.model_name_or_path)
+    use_batch_size_warmup(trainer, recipe, data_args)  # where the recipe or the flags ask for one
     metrics = train_and_evaluate(trainer, resume_from)
     write_outputs(trainer, recipe, data_args, metrics, push_args)
     return metrics

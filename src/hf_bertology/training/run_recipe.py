@@ -136,7 +136,7 @@ def _read_config(source: str, config_class) -> dict:
 def continued_config(recipe: Recipe, source: str, overrides: dict):
     """The config of a run continued from `source`: its architecture (every field its config.json has), the
     recipe's objective settings for the fields it lacks (a released checkpoint has none: ELECTRA-large's 25%
-    masking is the preset's, not the config class's default), `--config_overrides` over both."""
+    masking is the preset's, not the config class's default), a later phase's own fields, `--config_overrides`."""
     saved = _read_config(source, recipe.config_class)
     family = next(c for c in type(recipe.config).__mro__ if c.__module__.startswith("transformers."))
     # the architecture as plain transformers reads `source` (a field it lacks: the family class's default, not ours)
@@ -146,7 +146,8 @@ def continued_config(recipe: Recipe, source: str, overrides: dict):
         for key, value in recipe.config.to_dict().items()
         if key not in saved and key not in fields and key != "auto_map"
     )
-    return recipe.config_class.from_dict({**fields, **saved, **overrides})
+    # a later phase sets its own fields (ModernBERT's RoPE θ) on the checkpoint's config
+    return recipe.config_class.from_dict({**fields, **saved, **(recipe.phase_config or {}), **overrides})
 
 
 def two_networks(recipe: Recipe) -> bool:

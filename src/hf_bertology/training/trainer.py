@@ -67,6 +67,13 @@ And one for joint models:
    each group's gradient norm clipped to `max_grad_norm` on its own, as the official decoupled training's two
    optimizers do (microsoft/DeBERTa `rtd_task.py:265,351`), so a large generator gradient no longer shrinks the
    discriminator's step. The logged `grad_norm` stays the whole model's (before clipping).
+
+And the official optimizers a recipe names through TrainingArguments' free-form fields (`training/optimizers.py`):
+
+9. **Adam without bias correction** (`--optim_args bias_correction=False`, DeBERTa-v3's XAdam) and **DeBERTa's
+   `warmup_linear`** (`--lr_scheduler_kwargs '{"decay_from_start": true}'` with the linear schedule).
+10. **A later phase's optimizer** (`phase_start`, set by `phases.continue_phase`): a run that is not resumed loads
+   the previous phase's optimizer state and resets the lr and weight decay (`phases.restart_override`).
 """
 
 from __future__ import annotations
@@ -96,6 +103,8 @@ from .checkpoints import (
     verify,
     write_failure,
 )
+from .optimizers import AdamWNoBiasCorrection, decays_from_start, warmup_linear_schedule, without_bias_correction
+from .phases import restart_override
 
 COMPLETE_MARKER = MARKER  # the name tests and older callers import from here
 # Engines that clip inside themselves (sharded or compiled gradients): there the stock global clipping stays.
@@ -192,6 +201,7 @@ class BertologyTrainer(Trainer):
             if resume_from_checkpoint is None:
                 raise ValueError(f"No complete checkpoint found in output directory ({self.args.output_dir})")
         resume_from_checkpoint = str(resume_from_checkpoint) if resume_from_checkpoint else None
+        self._resuming = resume_from_checkpoint is not None  # 10.: a resumed phase has its own optimizer state
         # a second `train` call starts its own log window: values left after the last call's last log are dropped
         self._components["train"].clear()
         self._first_step = None
@@ -209,6 +219,30 @@ class BertologyTrainer(Trainer):
         if self.args.torch_compile and plugin is not None and plugin.dynamic is None:
             plugin.dynamic = True
         return args
+
+    # -- 9. the official optimizers ------------------------------------------------------------------------------
+    @staticmethod
+    def get_optimizer_cls_and_kwargs(args, model=None):
+        if not without_bias_correction(args):
+            return Trainer.get_optimizer_cls_and_kwargs(args, model)
+        kwargs = {"lr": args.learning_rate, "betas": (args.adam_beta1, args.adam_beta2), "eps": args.adam_epsilon}
+        return AdamWNoBiasCorrection, kwargs
+
+    def create_optimizer(self, model=None):
+        fresh = self.optimizer is None
+        optimizer = super().create_optimizer(model)
+        start = getattr(self, "phase_start", None)  # 10.
+        if fresh and start is not None and not getattr(self, "_resuming", False):
+            restart_override(optimizer, start, self.args.learning_rate, self.args.weight_decay)
+        return optimizer
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        if self.lr_scheduler is not None or not decays_from_start(self.args):
+            return super().create_scheduler(num_training_steps, optimizer)
+        warmup = self.args.get_warmup_steps(num_training_steps)
+        self.lr_scheduler = warmup_linear_schedule(optimizer or self.optimizer, warmup, num_training_steps)
+        self._created_lr_scheduler = True
+        return self.lr_scheduler
 
     # -- 8. parts clipped apart ----------------------------------------------------------------------------------
     def _clip_grad_norm(self, model):
