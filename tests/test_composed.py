@@ -534,7 +534,10 @@ def test_export_writes_either_network_of_an_rtd_cell_as_plain_transformers(recip
         assert "auto_map" not in config and "objective" not in config and "embedding_sharing" not in config
         plain, info = plain_class.from_pretrained(tmp_path / part, output_loading_info=True)
         assert type(plain).__module__.startswith(f"transformers.models.{joint.config.model_type.replace('-', '_')}")
-        assert not info["missing_keys"] and not info["unexpected_keys"], info
+        # the generator ships the seeded pooler its family's AutoModel builds (as roberta-base does), which the masked
+        # LM leaves unused: the only key it may skip
+        unused = {key for key in info["unexpected_keys"] if ".pooler." not in key or part != "generator"}
+        assert not info["missing_keys"] and not unused, info
         with torch.no_grad():
             if part == "generator":
                 mine, theirs = joint.generator(input_ids=ids).logits, plain.eval()(input_ids=ids).logits
