@@ -94,3 +94,14 @@ def test_speed_plan_order():
     ]
     assert len(plan) == len(set(plan)) and ("deberta-v3-small", "fixed", True) not in plan
     assert ("roberta-base", "plain", True) not in plan and ("roberta-base", "fixed", True) in plan
+
+
+def test_speed_part_keeps_to_its_budget(tmp_path, shared_data):
+    """A run starts only if the time its kind last took (before any: a first guess) still fits in `--budget_s`:
+    with no budget nothing runs, nothing is set up, and every run of the plan is listed as skipped."""
+    text = str(shared_data / "wikitext-2-raw" / "wiki.valid.raw")
+    run_slot(tmp_path, "--part", "speed", "--text", text, "--budget_s", "1", "--recipes", "bert-base,electra-small")
+    record = json.loads((tmp_path / "speed.json").read_text())
+    assert record["rows"] == [] and record["setup_s"] == {}
+    assert {(s["recipe"], s["run"]) for s in record["skipped"]} >= {("bert-tiny", "ours"), ("electra-tiny", "fixed")}
+    assert "Skipped (would not fit in 1.0 s)" in (tmp_path / "speed.md").read_text()
