@@ -30,7 +30,8 @@ import torch.nn.functional as F
 from transformers import ElectraForMaskedLM
 
 import hf_bertology as hb
-from hf_bertology.models.bert import BertologyBertConfig, BertologyBertForPreTraining
+from hf_bertology.models.configuration_bert import BertologyBertConfig
+from hf_bertology.models.modeling_bert import BertologyBertForPreTraining
 
 
 class SparseElectraForMaskedLM(ElectraForMaskedLM):
@@ -90,9 +91,9 @@ def main() -> None:
     )
     models = {
         "electra-small": hb.BertologyElectraForPreTraining(electra_config),
-        "mlm": SparseElectraForMaskedLM(hb.models.electra.discriminator_config(electra_config)),
+        "mlm": SparseElectraForMaskedLM(hb.models.discriminator_config(electra_config)),
         "bert-mlm": BertologyBertForPreTraining(bert_config),
-        "electra-mlm": ElectraForMaskedLM(hb.models.electra.discriminator_config(electra_config)),
+        "electra-mlm": ElectraForMaskedLM(hb.models.discriminator_config(electra_config)),
     }
     batch = make_batch(args.batch, args.length, electra_config.vocab_size)
     steps = {name: step_fn(model.train(), batch) for name, model in models.items()}

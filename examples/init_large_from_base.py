@@ -1,5 +1,5 @@
 """ModernBERT-large started from a trained ModernBERT-base, as the official large run (docs/recipes/modernbert.md):
-the base weights tiled from the middle into the large shapes (`hf_bertology.models.modernbert.tiling`).
+the base weights tiled from the middle into the large shapes (`hf_bertology.models.tiling`).
 
     python examples/init_large_from_base.py runs/modernbert-base runs/modernbert-large-init
     bertology pretrain --recipe modernbert-large --model_name_or_path runs/modernbert-large-init \\
@@ -11,7 +11,7 @@ import sys
 from transformers import AutoTokenizer
 
 import hf_bertology as hb
-from hf_bertology.models.modernbert.tiling import init_from_base
+from hf_bertology.models.tiling import init_from_base
 
 if __name__ == "__main__":
     base_folder, output_dir, *rest = sys.argv[1:]

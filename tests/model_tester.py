@@ -170,10 +170,11 @@ def tiny_config(family: str, **overrides):
 def tiny_family_model(family: str, **overrides):
     """A tiny model of `family` with fixed weights (seed 0), in eval mode."""
     import hf_bertology as hb
+    from hf_bertology.models.modeling_composed import COMPOSED_MODELS
 
     config = tiny_config(family, **overrides)
     if "@" in family:  # the composed class of the encoder's family
-        model_class = hb.models.composed.COMPOSED_MODELS[config.model_type]
+        model_class = COMPOSED_MODELS[config.model_type]
     else:
         model_class = hb.VARIANTS[family.replace("_", "-")].model_class
     torch.manual_seed(0)

@@ -34,34 +34,34 @@ def drifted_tree(tmp_path: Path, relative: str, old: str, new: str) -> tuple[Pat
 
 def test_a_drifted_function_copy_is_reported_and_fixed(tmp_path):
     src, path = drifted_tree(
-        tmp_path, "albert/modeling_albert.py", "return local_count.clamp(min=1)", "return local_count.clamp(min=2)"
+        tmp_path, "modeling_albert.py", "return local_count.clamp(min=1)", "return local_count.clamp(min=2)"
     )
     result = run_checker("--src", str(src))
     assert result.returncode == 1
-    line = path.read_text().splitlines().index("# Copied from hf_bertology.models.bert.modeling_bert._denominator") + 1
-    assert f"{path}:{line}: differs from hf_bertology.models.bert.modeling_bert._denominator" in result.stdout
+    line = path.read_text().splitlines().index("# Copied from hf_bertology.models.modeling_bert._denominator") + 1
+    assert f"{path}:{line}: differs from hf_bertology.models.modeling_bert._denominator" in result.stdout
     assert "+        return local_count.clamp(min=2)" in result.stdout  # the short diff shows the drifted line
 
     assert run_checker("--src", str(src), "--fix_and_overwrite").returncode == 0
-    original = ROOT / "src" / "hf_bertology" / "models" / "albert" / "modeling_albert.py"
+    original = ROOT / "src" / "hf_bertology" / "models" / "modeling_albert.py"
     assert path.read_text() == original.read_text()
     assert run_checker("--src", str(src)).returncode == 0
 
 
 def test_a_drifted_source_is_reported_at_every_copy(tmp_path):
     # the source changes, the copies (electra's `keyed_uniform` stands in deberta_v3 and composed) do not
-    src, _ = drifted_tree(tmp_path, "electra/modeling_electra.py", "x = (x ^ shift(x, 30)) * mix1", "x = x * mix1")
+    src, _ = drifted_tree(tmp_path, "modeling_electra.py", "x = (x ^ shift(x, 30)) * mix1", "x = x * mix1")
     result = run_checker("--src", str(src))
     assert result.returncode == 1
-    assert "deberta_v3/modeling_deberta_v3.py" in result.stdout and "composed/rtd_composed.py" in result.stdout
-    assert result.stdout.count(": differs from hf_bertology.models.electra.modeling_electra.keyed_uniform") == 2
+    assert "models/modeling_deberta_v3.py" in result.stdout and "models/rtd_composed.py" in result.stdout
+    assert result.stdout.count(": differs from hf_bertology.models.modeling_electra.keyed_uniform") == 2
 
 
 def test_a_drifted_block_copy_is_reported_and_fixed(tmp_path):
     # a block inside a method: ALBERT's sparse MLM loss, a copy of BERT's with `with ...` replacements
     src, path = drifted_tree(
         tmp_path,
-        "albert/modeling_albert.py",
+        "modeling_albert.py",
         'mlm_loss = mlm_sum / _denominator(num_items_in_batch, "labels", n_tokens, n_tokens)',
         "mlm_loss = mlm_sum / n_tokens",
     )
@@ -71,12 +71,12 @@ def test_a_drifted_block_copy_is_reported_and_fixed(tmp_path):
     assert "+            mlm_loss = mlm_sum / n_tokens" in result.stdout
     assert result.stdout.count(": differs from") == 1  # the other blocks of the file still match
     assert run_checker("--src", str(src), "--fix_and_overwrite").returncode == 0
-    original = ROOT / "src" / "hf_bertology" / "models" / "albert" / "modeling_albert.py"
+    original = ROOT / "src" / "hf_bertology" / "models" / "modeling_albert.py"
     assert path.read_text() == original.read_text()
 
 
 def test_a_block_marker_without_its_source_block_is_reported(tmp_path):
-    src, _ = drifted_tree(tmp_path, "bert/modeling_bert.py", "# End copy source: losses_and_output", "# (removed)")
+    src, _ = drifted_tree(tmp_path, "modeling_bert.py", "# End copy source: losses_and_output", "# (removed)")
     result = run_checker("--src", str(src))
     assert result.returncode == 1
     assert "needs one `# Copy source: losses_and_output`" in result.stdout

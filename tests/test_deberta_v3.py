@@ -14,7 +14,8 @@ from transformers import DebertaV2Model
 
 import hf_bertology as hb
 from hf_bertology.collators import DataCollatorForMaskedLM
-from hf_bertology.models.deberta_v3 import BertologyDebertaV3Config, BertologyDebertaV3ForPreTraining
+from hf_bertology.models.configuration_deberta_v3 import BertologyDebertaV3Config
+from hf_bertology.models.modeling_deberta_v3 import BertologyDebertaV3ForPreTraining
 from model_tester import TINY_CONFIGS
 from platform_support import assert_train_loss_is_the_logged_mean
 
@@ -72,7 +73,7 @@ def test_presets_follow_the_official_rtd_configs():
         config = hb.get_recipe(f"deberta-v3-{size}").config
         assert (config.num_hidden_layers, config.hidden_size, config.num_attention_heads) == (layers, hidden, heads)
         assert config.intermediate_size == 4 * hidden and config.vocab_size == 128100
-        generator = hb.models.deberta_v3.generator_config(config)
+        generator = hb.models.generator_config(config)
         assert (generator.num_hidden_layers, generator.hidden_size, generator.legacy) == (gen_layers, hidden, False)
     config = hb.get_recipe("deberta-v3-base").config
     assert config.model_type == "deberta-v2" and config.embedding_sharing == "gdes"
@@ -276,7 +277,7 @@ def test_gdes_shares_the_position_table_where_the_discriminator_reads_one():
         hidden = model.discriminate(batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
     state = model.state_dict()
     assert torch.equal(state["deberta.embeddings.position_embeddings.weight"], positions + model.gdes_positions.delta)
-    plain = DebertaV2Model(hb.models.deberta_v3.discriminator_config(model.config)).eval()
+    plain = DebertaV2Model(hb.models.discriminator_config(model.config)).eval()
     plain.load_state_dict({k[len("deberta.") :]: v for k, v in state.items() if k.startswith("deberta.")})
     with torch.no_grad():
         plain_hidden = plain(batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state

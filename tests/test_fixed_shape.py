@@ -91,7 +91,7 @@ def test_electra_sampled_accuracy_counts_real_targets_only(setups, monkeypatch):
     """ELECTRA's `sampled_accuracy` over a fixed-shape batch's padded targets equals the padded layout's. The
     equality above cannot see it when no sample hits its target (likely at tiny sizes), so every sample here is the
     batch's most common target: a known non-zero share."""
-    from hf_bertology.models.electra import modeling_electra
+    from hf_bertology.models import modeling_electra
 
     recipe = setups["electra"][0]
     padded, fixed = next(_first_steps(setups["electra"], 1))

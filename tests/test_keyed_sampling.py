@@ -16,7 +16,7 @@ import torch
 from scipy import stats
 
 from hf_bertology.data import build_pretraining_dataset, load_corpus, tokenize_corpus
-from hf_bertology.models.electra.modeling_electra import gumbel_sample, keyed_uniform
+from hf_bertology.models.modeling_electra import gumbel_sample, keyed_uniform
 from hf_bertology.recipes import get_recipe
 from platform_support import no_dropout
 

@@ -10,7 +10,8 @@ from transformers import ModernBertForMaskedLM, ModernBertModel
 
 import hf_bertology as hb
 from hf_bertology.collators import DataCollatorForMaskedLM
-from hf_bertology.models.modernbert import BertologyModernBertConfig, BertologyModernBertForPreTraining
+from hf_bertology.models.configuration_modernbert import BertologyModernBertConfig
+from hf_bertology.models.modeling_modernbert import BertologyModernBertForPreTraining
 from model_tester import TINY_CONFIGS
 from platform_support import assert_train_loss_is_the_logged_mean
 

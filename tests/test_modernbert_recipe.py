@@ -20,12 +20,10 @@ from hf_bertology.collators import DataCollatorForMaskedLM
 from hf_bertology.collators.flatten import PaddingFreeCollator, flatten_batch
 from hf_bertology.data import read_documents, tokenize_corpus
 from hf_bertology.data.packing import best_fit_rows, pack_documents
-from hf_bertology.models.modernbert import (
-    BertologyModernBertConfig,
-    BertologyModernBertForPreTraining,
-    configuration_modernbert,
-)
-from hf_bertology.models.modernbert.tiling import init_from_base, layer_mapping, tile_from_middle
+from hf_bertology.models import configuration_modernbert
+from hf_bertology.models.configuration_modernbert import BertologyModernBertConfig
+from hf_bertology.models.modeling_modernbert import BertologyModernBertForPreTraining
+from hf_bertology.models.tiling import init_from_base, layer_mapping, tile_from_middle
 from hf_bertology.training.attention import PACKED_ATTENTION, set_attention
 from hf_bertology.training.trainer import BertologyTrainer
 from model_tester import TINY_CONFIGS

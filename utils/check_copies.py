@@ -4,12 +4,12 @@ A variant's `modeling_*.py` may import only the standard library, torch, transfo
 copied next to the weights for `trust_remote_code=True`; `tests/test_layout.py`), so a block that several families
 need stands in each of their files. Each copy says where it comes from, and this script fails when they drift apart.
 
-Two kinds of marker (the source named by its dotted path under `src/`, e.g. `hf_bertology.models.bert.modeling_bert`):
+Two kinds of marker (the source named by its dotted path under `src/`, e.g. `hf_bertology.models.modeling_bert`):
 
 1. A whole function, class or method (transformers' convention), the comment on the line just above its `def`/`class`
    (or above its first decorator)::
 
-       # Copied from hf_bertology.models.bert.modeling_bert._denominator
+       # Copied from hf_bertology.models.modeling_bert._denominator
        def _denominator(...):
 
 2. A block inside a function. The source names the block with a pair of comments inside the source object::
@@ -20,7 +20,7 @@ Two kinds of marker (the source named by its dotted path under `src/`, e.g. `hf_
 
    and the copy holds the same lines between::
 
-       # Copied from hf_bertology.models.bert.modeling_bert.BertologyBertForPreTraining.forward[sparse_mlm] with nsp->sop
+       # Copied from hf_bertology.models.modeling_bert.BertologyBertForPreTraining.forward[sparse_mlm] with nsp->sop
        ...lines...
        # End copied block
 

@@ -14,14 +14,22 @@ from .collators import (
     DataCollatorForWindowMasking,
 )
 from .export import export_composed, export_deberta_v3, export_electra, export_part
-from .models.albert import BertologyAlbertConfig, BertologyAlbertForPreTraining
-from .models.bert import BertologyBertConfig, BertologyBertForPreTraining
-from .models.deberta_v3 import BertologyDebertaV3Config, BertologyDebertaV3ForPreTraining
-from .models.electra import BertologyElectraConfig, BertologyElectraForPreTraining
-from .models.modernbert import BertologyModernBertConfig, BertologyModernBertForPreTraining
-from .models.roberta import BertologyRobertaConfig, BertologyRobertaForPreTraining
-from .models.spanbert import BertologySpanBertConfig, BertologySpanBertForPreTraining
-from .models.xlnet import BertologyXLNetConfig, BertologyXLNetForPreTraining
+from .models.configuration_albert import BertologyAlbertConfig
+from .models.configuration_bert import BertologyBertConfig
+from .models.configuration_deberta_v3 import BertologyDebertaV3Config
+from .models.configuration_electra import BertologyElectraConfig
+from .models.configuration_modernbert import BertologyModernBertConfig
+from .models.configuration_roberta import BertologyRobertaConfig
+from .models.configuration_spanbert import BertologySpanBertConfig
+from .models.configuration_xlnet import BertologyXLNetConfig
+from .models.modeling_albert import BertologyAlbertForPreTraining
+from .models.modeling_bert import BertologyBertForPreTraining
+from .models.modeling_deberta_v3 import BertologyDebertaV3ForPreTraining
+from .models.modeling_electra import BertologyElectraForPreTraining
+from .models.modeling_modernbert import BertologyModernBertForPreTraining
+from .models.modeling_roberta import BertologyRobertaForPreTraining
+from .models.modeling_spanbert import BertologySpanBertForPreTraining
+from .models.modeling_xlnet import BertologyXLNetForPreTraining
 from .recipes import BACKBONES, PRESETS, VARIANTS, Recipe, get_recipe, list_recipes
 from .utils import BertologyError
 

@@ -28,18 +28,14 @@ import torch
 from transformers import AutoTokenizer, DebertaV2ForMaskedLM, DebertaV2Model, ElectraForMaskedLM, ElectraForPreTraining
 
 from .hub import complete_backbone, write_part_card
-from .models import deberta_v3
-from .models.composed import COMPOSED_CONFIGS, COMPOSED_MODELS
-from .models.composed.configuration_composed import JOINT_MODEL_TYPE
-from .models.deberta_v3 import BertologyDebertaV3Config
-from .models.deberta_v3.configuration_deberta_v3 import JOINT_MODEL_TYPE as DEBERTA_V3_JOINT_MODEL_TYPE
-from .models.electra import (
-    BertologyElectraConfig,
-    BertologyElectraForPreTraining,
-    discriminator_config,
-    generator_config,
-)
-from .models.electra.configuration_electra import JOINT_MODEL_TYPE as ELECTRA_JOINT_MODEL_TYPE
+from .models import configuration_deberta_v3, modeling_deberta_v3
+from .models.configuration_composed import COMPOSED_CONFIGS, JOINT_MODEL_TYPE
+from .models.configuration_deberta_v3 import JOINT_MODEL_TYPE as DEBERTA_V3_JOINT_MODEL_TYPE
+from .models.configuration_deberta_v3 import BertologyDebertaV3Config
+from .models.configuration_electra import JOINT_MODEL_TYPE as ELECTRA_JOINT_MODEL_TYPE
+from .models.configuration_electra import BertologyElectraConfig, discriminator_config, generator_config
+from .models.modeling_composed import COMPOSED_MODELS
+from .models.modeling_electra import BertologyElectraForPreTraining
 from .utils import BertologyError, logger, refuse_same_folder, run_command, set_verbosity
 
 ELECTRA_PARTS = {
@@ -146,7 +142,7 @@ def part_layout(joint, part: str):
     if isinstance(joint, BertologyElectraForPreTraining):
         model_class, config_builder, prefix = ELECTRA_PARTS[part]
         config = config_builder(joint.config)
-    elif isinstance(joint, deberta_v3.BertologyDebertaV3ForPreTraining):
+    elif isinstance(joint, modeling_deberta_v3.BertologyDebertaV3ForPreTraining):
         model_class, config_builder, prefix = DEBERTA_V3_PARTS[part]
         config = config_builder(joint.config)
         if part == "generator":
@@ -260,8 +256,8 @@ def export_electra(checkpoint: str | Path, output_dir: str | Path, part: str = "
 EMD_TABLE = "generator.deberta.embeddings.position_embeddings.weight"  # the generator's EMD positions, not in vanilla
 DEBERTA_V3_PARTS = {
     # part -> (vanilla class, config builder, prefix of its weights in the joint model)
-    "discriminator": (DebertaV2Model, deberta_v3.discriminator_config, "deberta."),
-    "generator": (DebertaV2ForMaskedLM, deberta_v3.generator_config, "generator."),
+    "discriminator": (DebertaV2Model, configuration_deberta_v3.discriminator_config, "deberta."),
+    "generator": (DebertaV2ForMaskedLM, configuration_deberta_v3.generator_config, "generator."),
 }
 
 
@@ -269,7 +265,7 @@ def export_deberta_v3(checkpoint: str | Path, output_dir: str | Path, part: str 
     """Write the DeBERTa-v3 `part` ("discriminator" or "generator") of joint `checkpoint` to `output_dir`."""
     if part not in DEBERTA_V3_PARTS:
         raise BertologyError(f"unknown DeBERTa-v3 part {part!r}; choose one of {', '.join(DEBERTA_V3_PARTS)}")
-    joint_class = deberta_v3.BertologyDebertaV3ForPreTraining
+    joint_class = modeling_deberta_v3.BertologyDebertaV3ForPreTraining
     # a checkpoint from before EMD: its networks are complete without the generator's EMD positions
     return _export_joint(checkpoint, output_dir, part, joint_class, "deberta-v3", "DeBERTa-v3", optional=[EMD_TABLE])
 
@@ -320,7 +316,7 @@ def export_composed(checkpoint: str | Path, output_dir: str | Path, part: str = 
 
 def joint_model_type(folder: str | Path) -> str | None:
     """The `model_type` of our own that `folder`'s config.json names when it holds a joint run (ELECTRA, DeBERTa-v3,
-    an RTD objective on another encoder; models/electra/configuration_electra.py), else None."""
+    an RTD objective on another encoder; models/configuration_electra.py), else None."""
     joint_types = {ELECTRA_JOINT_MODEL_TYPE, DEBERTA_V3_JOINT_MODEL_TYPE}
     joint_types |= {JOINT_MODEL_TYPE.format(family) for family in COMPOSED_MODELS}
     config = Path(folder) / "config.json"
@@ -342,7 +338,7 @@ def joint_config(folder: str | Path):
 
 def is_joint(model) -> bool:
     """Whether `model` holds two networks (a generator and a discriminator) that `plain_part` can write."""
-    if isinstance(model, (BertologyElectraForPreTraining, deberta_v3.BertologyDebertaV3ForPreTraining)):
+    if isinstance(model, (BertologyElectraForPreTraining, modeling_deberta_v3.BertologyDebertaV3ForPreTraining)):
         return True
     return type(model) in COMPOSED_MODELS.values() and bool(model.config.replaced_token_detection)
 

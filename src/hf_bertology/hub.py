@@ -5,7 +5,7 @@ A folder holds `config.json` (the family's `model_type` plus an `auto_map` namin
 and a `README.md` model card. Plain `transformers` loads it without us: `architectures` names its own class, the
 weights hold every backbone parameter that class has. A joint run (two networks) adds vanilla `discriminator/` and
 `generator/` folders, each with its own card (`write_part_card`); the joint folder itself has a `model_type` of its
-own, which plain `transformers` refuses (models/electra/configuration_electra.py). docs/loading.md: which folder for
+own, which plain `transformers` refuses (models/configuration_electra.py). docs/loading.md: which folder for
 which client.
 """
 

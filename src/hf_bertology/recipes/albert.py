@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..collators import DataCollatorForSpanMasking
-from ..models.albert import BertologyAlbertConfig, BertologyAlbertForPreTraining
+from ..models.configuration_albert import BertologyAlbertConfig
+from ..models.modeling_albert import BertologyAlbertForPreTraining
 from .base import Variant, make_preset
 
 VARIANT = Variant(

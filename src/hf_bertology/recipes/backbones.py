@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..models.composed import COMPOSED_CONFIGS, COMPOSED_MODELS
+from ..models.configuration_composed import COMPOSED_CONFIGS
+from ..models.modeling_composed import COMPOSED_MODELS
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ import math
 from typing import Any
 
 from ..collators import DataCollatorForMaskedLM
-from ..models.bert import BertologyBertConfig, BertologyBertForPreTraining
+from ..models.configuration_bert import BertologyBertConfig
+from ..models.modeling_bert import BertologyBertForPreTraining
 from .base import Variant, make_preset
 
 

@@ -6,7 +6,8 @@ import math
 from typing import Any
 
 from ..collators import DataCollatorForWindowMasking
-from ..models.deberta_v3 import BertologyDebertaV3Config, BertologyDebertaV3ForPreTraining
+from ..models.configuration_deberta_v3 import BertologyDebertaV3Config
+from ..models.modeling_deberta_v3 import BertologyDebertaV3ForPreTraining
 from .base import SIZES, SMALL_DATA, Variant, make_preset
 
 # DeBERTa-v3: microsoft/DeBERTa experiments/language_model (rtd.sh, rtd_*.json, DeBERTa/optims/args.py): Adam

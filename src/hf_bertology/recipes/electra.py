@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..collators import DataCollatorForMaskedLM
-from ..models.electra import BertologyElectraConfig, BertologyElectraForPreTraining
+from ..models.configuration_electra import BertologyElectraConfig
+from ..models.modeling_electra import BertologyElectraForPreTraining
 from .base import Variant, make_preset
 
 

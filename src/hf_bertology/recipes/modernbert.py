@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..collators import DataCollatorForMaskedLM
-from ..models.modernbert import BertologyModernBertConfig, BertologyModernBertForPreTraining
+from ..models.configuration_modernbert import BertologyModernBertConfig
+from ..models.modeling_modernbert import BertologyModernBertForPreTraining
 from .base import SIZES, SMALL_DATA, Variant, make_preset
 
 VARIANT = Variant(

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..collators import DataCollatorForMaskedLM
-from ..models.roberta import BertologyRobertaConfig, BertologyRobertaForPreTraining
+from ..models.configuration_roberta import BertologyRobertaConfig
+from ..models.modeling_roberta import BertologyRobertaForPreTraining
 from .base import Variant, make_preset
 
 VARIANT = Variant(

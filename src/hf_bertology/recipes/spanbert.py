@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..collators import DataCollatorForSpanMasking
-from ..models.spanbert import BertologySpanBertConfig, BertologySpanBertForPreTraining
+from ..models.configuration_spanbert import BertologySpanBertConfig
+from ..models.modeling_spanbert import BertologySpanBertForPreTraining
 from .base import Variant, make_preset
 
 VARIANT = Variant(

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..collators import DataCollatorForPermutationLM
-from ..models.xlnet import BertologyXLNetConfig, BertologyXLNetForPreTraining
+from ..models.configuration_xlnet import BertologyXLNetConfig
+from ..models.modeling_xlnet import BertologyXLNetForPreTraining
 from .base import SMALL_DATA, Variant, make_preset
 
 

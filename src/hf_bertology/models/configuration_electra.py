@@ -106,7 +106,7 @@ class BertologyElectraConfig(ElectraConfig):
         kwargs.pop("model_type", None)  # a saved one (the joint type) must not hide the class's "electra"
         if not 0.0 < generator_hidden_fraction <= 1.0:
             raise ValueError(f"generator_hidden_fraction must be in (0, 1], got {generator_hidden_fraction}")
-        # Copied from hf_bertology.models.bert.configuration_bert.BertologyBertConfig.__init__[masking_checks]
+        # Copied from hf_bertology.models.configuration_bert.BertologyBertConfig.__init__[masking_checks]
         if not 0.0 < mlm_probability < 1.0:
             raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}")
         if mask_replace_prob < 0 or random_replace_prob < 0 or mask_replace_prob + random_replace_prob > 1:

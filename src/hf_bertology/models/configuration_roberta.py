@@ -32,7 +32,7 @@ class BertologyRobertaConfig(RobertaConfig):
         input_format: str = "full_sentences",
         **kwargs,
     ):
-        # Copied from hf_bertology.models.bert.configuration_bert.BertologyBertConfig.__init__[masking_checks]
+        # Copied from hf_bertology.models.configuration_bert.BertologyBertConfig.__init__[masking_checks]
         if not 0.0 < mlm_probability < 1.0:
             raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}")
         if mask_replace_prob < 0 or random_replace_prob < 0 or mask_replace_prob + random_replace_prob > 1:

@@ -35,7 +35,7 @@ from .configuration_modernbert import BertologyModernBertConfig
 PACKED_IMPLEMENTATIONS = ("sdpa_packed", "flash_attention_2", "flash_attention_3", "flash_attention_4")
 
 
-# Copied from hf_bertology.models.roberta.modeling_roberta.BertologyRobertaForPreTrainingOutput with Roberta->ModernBert
+# Copied from hf_bertology.models.modeling_roberta.BertologyRobertaForPreTrainingOutput with Roberta->ModernBert
 @dataclass
 class BertologyModernBertForPreTrainingOutput(ModelOutput):
     """

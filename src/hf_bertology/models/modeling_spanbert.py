@@ -129,11 +129,11 @@ class BertologySpanBertForPreTraining(BertPreTrainedModel):
         if isinstance(module, SpanBoundaryHead):
             init.zeros_(module.bias)  # transformers' `init` skips weights loaded from a checkpoint
 
-    # Copied from hf_bertology.models.bert.modeling_bert.BertologyBertForPreTraining.get_output_embeddings
+    # Copied from hf_bertology.models.modeling_bert.BertologyBertForPreTraining.get_output_embeddings
     def get_output_embeddings(self):
         return self.cls.predictions.decoder
 
-    # Copied from hf_bertology.models.bert.modeling_bert.BertologyBertForPreTraining.set_output_embeddings
+    # Copied from hf_bertology.models.modeling_bert.BertologyBertForPreTraining.set_output_embeddings
     def set_output_embeddings(self, new_embeddings):
         self.cls.predictions.decoder = new_embeddings
         self.cls.predictions.bias = new_embeddings.bias
@@ -214,7 +214,7 @@ class BertologySpanBertForPreTraining(BertPreTrainedModel):
     def _encode(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs):
         """The BERT encoder's outputs (BERT's; SpanBERT §3.3 trains on one segment, no NSP); a padding-free batch runs
         as one flat row whose boundaries (`cu_seq_lens_q`) keep its examples apart."""
-        # Copied from hf_bertology.models.bert.modeling_bert.BertologyBertForPreTraining.forward[packed_backbone]
+        # Copied from hf_bertology.models.modeling_bert.BertologyBertForPreTraining.forward[packed_backbone]
         packed = kwargs.get("cu_seq_lens_q") is not None
         if packed and self.config._attn_implementation not in PACKED_IMPLEMENTATIONS:
             raise ValueError(f"a padding-free batch needs attn_implementation in {PACKED_IMPLEMENTATIONS}")

@@ -88,7 +88,7 @@ class BertologyRobertaForPreTraining(RobertaPreTrainedModel):
             if self.config._attn_implementation not in PACKED_IMPLEMENTATIONS:
                 raise ValueError(f"a padding-free batch needs attn_implementation in {PACKED_IMPLEMENTATIONS}")
             position_ids = position_ids + self.config.pad_token_id + 1  # RoBERTa's positions start after padding
-        # Copied from hf_bertology.models.bert.modeling_bert.BertologyBertForPreTraining.forward[backbone_call] with self.bert->self.roberta
+        # Copied from hf_bertology.models.modeling_bert.BertologyBertForPreTraining.forward[backbone_call] with self.bert->self.roberta
         outputs = self.roberta(
             input_ids,
             attention_mask=None if packed else attention_mask,  # packed: the boundaries keep examples apart

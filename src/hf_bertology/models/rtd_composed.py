@@ -22,7 +22,7 @@ from .heads_composed import (
 from .outputs_composed import BertologyComposedForPreTrainingOutput, _denominator
 
 
-# Copied from hf_bertology.models.electra.modeling_electra.keyed_uniform
+# Copied from hf_bertology.models.modeling_electra.keyed_uniform
 def keyed_uniform(keys: torch.Tensor, size: int) -> torch.Tensor:
     """`(M, size)` float32 uniforms in [0, 1): entry (m, v) a hash of `keys[m]` (int64) and v (SplitMix64 on a
     counter, as hf_bertology's collators draw their masks), so the noise of an example's token does not depend on
@@ -47,7 +47,7 @@ def keyed_uniform(keys: torch.Tensor, size: int) -> torch.Tensor:
     return shift(x, 40) * 2.0**-24
 
 
-# Copied from hf_bertology.models.electra.modeling_electra.gumbel_sample
+# Copied from hf_bertology.models.modeling_electra.gumbel_sample
 def gumbel_sample(logits: torch.Tensor, temperature: float = 1.0, keys: torch.Tensor | None = None) -> torch.Tensor:
     """Token ids drawn from `softmax(logits / temperature)` by Gumbel-max, in fp32 (ELECTRA's `sample_from_softmax`).
 
@@ -182,7 +182,7 @@ class ReplacedTokenDetection:
         if labels is None:
             hidden = self.discriminate(input_ids, **inputs).last_hidden_state
             return BertologyComposedForPreTrainingOutput(rtd_logits=self._rtd_logits(hidden, inputs))
-        # Copied from hf_bertology.models.electra.modeling_electra.BertologyElectraForPreTraining.forward[chosen] with real_mask->attention_mask
+        # Copied from hf_bertology.models.modeling_electra.BertologyElectraForPreTraining.forward[chosen] with real_mask->attention_mask
         chosen = labels.ne(-100)  # (B, T)
         # the chosen tokens: the batch's flat positions (no host sync), else a boolean index (syncs)
         at = chosen.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
@@ -230,7 +230,7 @@ class ReplacedTokenDetection:
         """ELECTRA's fake data (`_get_fake_data`): the chosen positions unmasked, then each replaced by a Gumbel
         sample of the generator's softmax; `(replaced_input_ids, rtd_labels)`, both `(B, T)`."""
         config = self.config
-        # Copied from hf_bertology.models.electra.modeling_electra.BertologyElectraForPreTraining.forward[fake_data]
+        # Copied from hf_bertology.models.modeling_electra.BertologyElectraForPreTraining.forward[fake_data]
         with torch.no_grad():
             sample_logits = prediction_logits.detach().float()
             if config.disallow_correct:
@@ -245,7 +245,7 @@ class ReplacedTokenDetection:
 
     def _rtd_loss(self, rtd_logits, rtd_labels, real, n_real, n_chosen, num_items_in_batch):
         """The discriminator's sigmoid BCE (ELECTRA §2) summed over the real tokens, over the step's real-token count."""
-        # Copied from hf_bertology.models.electra.modeling_electra.BertologyElectraForPreTraining.forward[rtd_loss]
+        # Copied from hf_bertology.models.modeling_electra.BertologyElectraForPreTraining.forward[rtd_loss]
         # over the real tokens by weighting, not selecting: every shape stays the batch's (no host sync)
         rtd_sum = F.binary_cross_entropy_with_logits(
             rtd_logits.float(), rtd_labels.float(), weight=real.float(), reduction="sum"

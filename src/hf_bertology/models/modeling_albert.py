@@ -37,7 +37,7 @@ class BertologyAlbertForPreTrainingOutput(ModelOutput):
     sop_logits: `(batch, 2)`; class 0 = original order, 1 = swapped.
     """
 
-    # Copied from hf_bertology.models.bert.modeling_bert.BertologyBertForPreTrainingOutput[fields] with seq_relationship_logits->sop_logits, nsp->sop
+    # Copied from hf_bertology.models.modeling_bert.BertologyBertForPreTrainingOutput[fields] with seq_relationship_logits->sop_logits, nsp->sop
     loss: torch.Tensor | None = None
     mlm_loss: torch.Tensor | None = None
     sop_loss: torch.Tensor | None = None
@@ -50,7 +50,7 @@ class BertologyAlbertForPreTrainingOutput(ModelOutput):
     # End copied block
 
 
-# Copied from hf_bertology.models.bert.modeling_bert._denominator
+# Copied from hf_bertology.models.modeling_bert._denominator
 def _denominator(num_items_in_batch, key: str, local_count: torch.Tensor, local_tokens: torch.Tensor):
     """Count that turns a summed loss into the mean over the whole optimizer step.
 
@@ -126,7 +126,7 @@ class BertologyAlbertForPreTraining(AlbertPreTrainedModel):
         return_metrics: also compute the accuracies (`BertologyTrainer` passes `False` at steps it does not log).
         return_logits: accepted for BERT's interface; ALBERT's head always returns its logits (`mlm_head`).
         """
-        # Copied from hf_bertology.models.bert.modeling_bert.BertologyBertForPreTraining.forward[packed_backbone] with self.bert->self.albert
+        # Copied from hf_bertology.models.modeling_bert.BertologyBertForPreTraining.forward[packed_backbone] with self.bert->self.albert
         packed = kwargs.get("cu_seq_lens_q") is not None
         if packed and self.config._attn_implementation not in PACKED_IMPLEMENTATIONS:
             raise ValueError(f"a padding-free batch needs attn_implementation in {PACKED_IMPLEMENTATIONS}")
@@ -146,7 +146,7 @@ class BertologyAlbertForPreTraining(AlbertPreTrainedModel):
             pooled_output = self.albert.pooler_activation(self.albert.pooler(first_tokens))
         sop_logits = self.sop_classifier(pooled_output)  # (B, 2)
 
-        # Copied from hf_bertology.models.bert.modeling_bert.BertologyBertForPreTraining.forward[losses_and_output] with seq_relationship_logits->sop_logits, nsp->sop, next_sentence_label->sentence_order_label, cls.predictions->predictions, BertologyBert->BertologyAlbert
+        # Copied from hf_bertology.models.modeling_bert.BertologyBertForPreTraining.forward[losses_and_output] with seq_relationship_logits->sop_logits, nsp->sop, next_sentence_label->sentence_order_label, cls.predictions->predictions, BertologyBert->BertologyAlbert
         loss = mlm_loss = sop_loss = mlm_accuracy = sop_accuracy = None
         if labels is None:
             prediction_logits = self.predictions(sequence_output)  # (B, T, V)

@@ -197,7 +197,7 @@ class ComposedForPreTraining(MaskedObjectives, ReplacedTokenDetection):
     def set_output_embeddings(self, new_embeddings):
         FAMILIES[self.config.model_type][1].set_output_embeddings(self, new_embeddings)
 
-    # Copied from hf_bertology.models.spanbert.modeling_spanbert.BertologySpanBertForPreTraining.resize_token_embeddings
+    # Copied from hf_bertology.models.modeling_spanbert.BertologySpanBertForPreTraining.resize_token_embeddings
     def resize_token_embeddings(self, *args, **kwargs):
         """transformers' resize; the SBO head's decoder is tied to the word table (resized with it), its own output
         bias is grown here too (new words get 0, its initial value)."""

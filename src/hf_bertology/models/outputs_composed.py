@@ -36,7 +36,7 @@ class BertologyComposedForPreTrainingOutput(ModelOutput):
     attentions: tuple[torch.Tensor, ...] | None = None
 
 
-# Copied from hf_bertology.models.bert.modeling_bert._denominator
+# Copied from hf_bertology.models.modeling_bert._denominator
 def _denominator(num_items_in_batch, key: str, local_count: torch.Tensor, local_tokens: torch.Tensor):
     """Count that turns a summed loss into the mean over the whole optimizer step.
 

@@ -123,7 +123,7 @@ class BertologyDebertaV3Config(DebertaV2Config):
             raise ValueError(
                 f"embedding_sharing must be one of {', '.join(EMBEDDING_SHARING)}, got {embedding_sharing!r}"
             )
-        # Copied from hf_bertology.models.bert.configuration_bert.BertologyBertConfig.__init__[masking_checks]
+        # Copied from hf_bertology.models.configuration_bert.BertologyBertConfig.__init__[masking_checks]
         if not 0.0 < mlm_probability < 1.0:
             raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}")
         if mask_replace_prob < 0 or random_replace_prob < 0 or mask_replace_prob + random_replace_prob > 1:
@@ -158,7 +158,7 @@ class BertologyDebertaV3Config(DebertaV2Config):
         self.input_format = input_format
         super().__init__(**kwargs)
 
-    # Copied from hf_bertology.models.electra.configuration_electra.BertologyElectraConfig.get_config_dict
+    # Copied from hf_bertology.models.configuration_electra.BertologyElectraConfig.get_config_dict
     @classmethod
     def get_config_dict(cls, *args, **kwargs):
         """The saved fields, the joint `model_type` read as this class's (no type-mismatch warning on load)."""
@@ -167,7 +167,7 @@ class BertologyDebertaV3Config(DebertaV2Config):
             config_dict["model_type"] = cls.model_type
         return config_dict, kwargs
 
-    # Copied from hf_bertology.models.electra.configuration_electra.BertologyElectraConfig.to_diff_dict
+    # Copied from hf_bertology.models.configuration_electra.BertologyElectraConfig.to_diff_dict
     def to_diff_dict(self) -> dict:
         """What `save_pretrained` writes (every save: ours, the Trainer's checkpoints, a push), with the joint
         `model_type` (`JOINT_MODEL_TYPE`) that plain transformers refuses."""

@@ -92,7 +92,7 @@ class BertologyDebertaV3ForPreTrainingOutput(ModelOutput):
     attentions: tuple[torch.Tensor, ...] | None = None
 
 
-# Copied from hf_bertology.models.bert.modeling_bert._denominator
+# Copied from hf_bertology.models.modeling_bert._denominator
 def _denominator(num_items_in_batch, key: str, local_count: torch.Tensor, local_tokens: torch.Tensor):
     """Count that turns a summed loss into the mean over the whole optimizer step.
 
@@ -111,7 +111,7 @@ def _denominator(num_items_in_batch, key: str, local_count: torch.Tensor, local_
     return local_count * num_items_in_batch / local_tokens.clamp(min=1)
 
 
-# Copied from hf_bertology.models.electra.modeling_electra.keyed_uniform
+# Copied from hf_bertology.models.modeling_electra.keyed_uniform
 def keyed_uniform(keys: torch.Tensor, size: int) -> torch.Tensor:
     """`(M, size)` float32 uniforms in [0, 1): entry (m, v) a hash of `keys[m]` (int64) and v (SplitMix64 on a
     counter, as hf_bertology's collators draw their masks), so the noise of an example's token does not depend on
@@ -136,7 +136,7 @@ def keyed_uniform(keys: torch.Tensor, size: int) -> torch.Tensor:
     return shift(x, 40) * 2.0**-24
 
 
-# Copied from hf_bertology.models.electra.modeling_electra.gumbel_sample
+# Copied from hf_bertology.models.modeling_electra.gumbel_sample
 def gumbel_sample(logits: torch.Tensor, temperature: float = 1.0, keys: torch.Tensor | None = None) -> torch.Tensor:
     """Token ids drawn from `softmax(logits / temperature)` by Gumbel-max, in fp32 (ELECTRA's `sample_from_softmax`).
 
@@ -350,7 +350,7 @@ class BertologyDebertaV3ForPreTraining(DebertaV2PreTrainedModel):
             hidden = self.discriminate(input_ids, **inputs).last_hidden_state
             return BertologyDebertaV3ForPreTrainingOutput(rtd_logits=self.mask_predictions(hidden))
         config = self.config
-        # Copied from hf_bertology.models.electra.modeling_electra.BertologyElectraForPreTraining.forward[chosen] with real_mask->attention_mask
+        # Copied from hf_bertology.models.modeling_electra.BertologyElectraForPreTraining.forward[chosen] with real_mask->attention_mask
         chosen = labels.ne(-100)  # (B, T)
         # the chosen tokens: the batch's flat positions (no host sync), else a boolean index (syncs)
         at = chosen.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
@@ -381,7 +381,7 @@ class BertologyDebertaV3ForPreTraining(DebertaV2PreTrainedModel):
         # -- discriminator: replaced-token detection over every non-pad token -----------------------------------
         disc_outputs = self.discriminate(replaced_input_ids, **inputs, **kwargs)
         rtd_logits = self.mask_predictions(disc_outputs.last_hidden_state)  # (B, T)
-        # Copied from hf_bertology.models.electra.modeling_electra.BertologyElectraForPreTraining.forward[rtd_loss]
+        # Copied from hf_bertology.models.modeling_electra.BertologyElectraForPreTraining.forward[rtd_loss]
         # over the real tokens by weighting, not selecting: every shape stays the batch's (no host sync)
         rtd_sum = F.binary_cross_entropy_with_logits(
             rtd_logits.float(), rtd_labels.float(), weight=real.float(), reduction="sum"

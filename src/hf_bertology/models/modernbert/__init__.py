@@ -1,4 +1,0 @@
-from .configuration_modernbert import BertologyModernBertConfig
-from .modeling_modernbert import BertologyModernBertForPreTraining, BertologyModernBertForPreTrainingOutput
-
-__all__ = ["BertologyModernBertConfig", "BertologyModernBertForPreTraining", "BertologyModernBertForPreTrainingOutput"]
