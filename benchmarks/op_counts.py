@@ -182,7 +182,7 @@ def plain_step(variant: str, config):
             discriminator_config(config),
         )
     if variant == "deberta-v3":
-        from hf_bertology.models.modeling_deberta_v3 import generator_config
+        from hf_bertology.models.configuration_deberta_v3 import generator_config
 
         discriminator = tf.DebertaV2Config(**{**config.to_dict(), "num_labels": 1})
         return _plain_rtd(
@@ -205,7 +205,7 @@ def measure(variant: str, corpus: datasets.Dataset | None = None, plain: bool = 
     ours_batch = collator(features)
 
     # a step `BertologyTrainer` does not log: no accuracies where the model can leave them out
-    quiet = {"return_metrics": False} if "return_metrics" in inspect.signature(model.forward).parameters else {}
+    quiet = {"return_metrics": False} if getattr(model, "takes_return_metrics", False) else {}
 
     def ours_loss(model, batch):
         return model(**batch, num_items_in_batch=_counts(batch), **quiet).loss

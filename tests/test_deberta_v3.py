@@ -73,7 +73,7 @@ def test_presets_follow_the_official_rtd_configs():
         config = hb.get_recipe(f"deberta-v3-{size}").config
         assert (config.num_hidden_layers, config.hidden_size, config.num_attention_heads) == (layers, hidden, heads)
         assert config.intermediate_size == 4 * hidden and config.vocab_size == 128100
-        generator = hb.models.generator_config(config)
+        generator = hb.models.configuration_deberta_v3.generator_config(config)
         assert (generator.num_hidden_layers, generator.hidden_size, generator.legacy) == (gen_layers, hidden, False)
     config = hb.get_recipe("deberta-v3-base").config
     assert config.model_type == "deberta-v2" and config.embedding_sharing == "gdes"
@@ -138,7 +138,7 @@ def test_gdes_gradients_are_disentangled():
     assert model.gdes.delta.abs().sum() > 0 and torch.equal(discriminator_table(model), slot)
     ids = batch["input_ids"]
     merged = generator_table(model) + model.gdes.delta
-    assert torch.allclose(model.discriminator_input_embeddings(ids), merged[ids])
+    assert torch.allclose(model.gdes(ids, generator_table(model)), merged[ids])
 
 
 def test_es_shares_one_table_and_nes_none():
@@ -277,7 +277,7 @@ def test_gdes_shares_the_position_table_where_the_discriminator_reads_one():
         hidden = model.discriminate(batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
     state = model.state_dict()
     assert torch.equal(state["deberta.embeddings.position_embeddings.weight"], positions + model.gdes_positions.delta)
-    plain = DebertaV2Model(hb.models.discriminator_config(model.config)).eval()
+    plain = DebertaV2Model(hb.models.configuration_deberta_v3.discriminator_config(model.config)).eval()
     plain.load_state_dict({k[len("deberta.") :]: v for k, v in state.items() if k.startswith("deberta.")})
     with torch.no_grad():
         plain_hidden = plain(batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state

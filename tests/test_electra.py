@@ -21,8 +21,8 @@ from hf_bertology.models.modeling_electra import (
     GLOROT_UNIFORM_LAYERS,
     SHARED_EMBEDDINGS,
     BertologyElectraForPreTraining,
-    binary_auc,
 )
+from hf_bertology.models.replaced_token_detection import binary_auc
 from hf_bertology.training.callbacks import ElectraTwoStageCallback, callbacks_for
 from hf_bertology.training.trainer import BertologyTrainer
 from model_tester import TINY_CONFIGS
@@ -69,10 +69,10 @@ def shared_pointers(model: BertologyElectraForPreTraining) -> dict[str, tuple[in
 
 def test_generator_is_derived_from_the_discriminator():
     config = hb.get_recipe("electra-small").config
-    model_gen = hb.models.generator_config(config)
+    model_gen = hb.models.configuration_electra.generator_config(config)
     assert (model_gen.hidden_size, model_gen.num_attention_heads, model_gen.intermediate_size) == (64, 1, 256)
     assert model_gen.num_hidden_layers == 12 and model_gen.embedding_size == 128
-    base = hb.models.generator_config(hb.get_recipe("electra-base").config)
+    base = hb.models.configuration_electra.generator_config(hb.get_recipe("electra-base").config)
     assert (base.hidden_size, base.num_attention_heads, base.intermediate_size, base.embedding_size) == (
         256,
         4,
@@ -81,7 +81,7 @@ def test_generator_is_derived_from_the_discriminator():
     )
     large = hb.get_recipe("electra-large").config
     assert large.mlm_probability == 0.25 and large.max_predictions_per_seq == 130
-    assert hb.models.generator_config(large).hidden_size == 256
+    assert hb.models.configuration_electra.generator_config(large).hidden_size == 256
     assert config.discriminator_weight == 50.0 and config.generator_weight == 1.0
     assert (config.mask_replace_prob, config.random_replace_prob, config.max_predictions_per_seq) == (0.85, 0.0, 19)
 
@@ -218,7 +218,7 @@ def test_discriminator_auc_precision_recall_over_real_tokens():
 
 def test_sampling_follows_the_generator_softmax():
     """Gumbel-max draws from softmax(logits): a peaked distribution is sampled (nearly) always at its mode."""
-    from hf_bertology.models.modeling_electra import gumbel_sample
+    from hf_bertology.models.replaced_token_detection import gumbel_sample
 
     torch.manual_seed(0)
     logits = torch.tensor([[0.0, 1.0, 2.0]]).expand(60_000, 3)

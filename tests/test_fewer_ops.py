@@ -215,7 +215,7 @@ def test_keyed_noise_is_the_top_24_bits_of_splitmix64():
     import numpy as np
 
     from hf_bertology.collators.base import _GOLDEN, _mix64
-    from hf_bertology.models.modeling_electra import keyed_uniform
+    from hf_bertology.models.replaced_token_detection import keyed_uniform
 
     g = torch.Generator().manual_seed(0)
     keys = torch.cat([torch.randint(-(2**62), 2**62, (200,), generator=g), torch.tensor([0, -1, 2**63 - 1, -(2**63)])])
@@ -229,7 +229,7 @@ def test_keyed_noise_is_the_top_24_bits_of_splitmix64():
 def test_gumbel_sample_is_the_textbook_gumbel_max(temperature):
     """`gumbel_sample` builds the noise in place and takes an argmin of its negation (one operation fewer): the
     samples are exactly argmax(logits + T * (-log(-log(U + 1e-9) + 1e-9))) on the same uniforms."""
-    from hf_bertology.models.modeling_electra import gumbel_sample, keyed_uniform
+    from hf_bertology.models.replaced_token_detection import gumbel_sample, keyed_uniform
 
     g = torch.Generator().manual_seed(0)
     keys = torch.randint(-(2**62), 2**62, (500,), generator=g)
@@ -242,7 +242,7 @@ def test_gumbel_sample_is_the_textbook_gumbel_max(temperature):
 def test_gumbel_sample_in_blocks_and_with_a_gradient_is_row_by_row():
     """Past 1,024 rows the keyed noise is hashed in blocks (memory), below in one call (no split, no cat); a row's
     sample depends only on its key and logits either way, and logits with a gradient are detached, not changed."""
-    from hf_bertology.models.modeling_electra import gumbel_sample
+    from hf_bertology.models.replaced_token_detection import gumbel_sample
 
     g = torch.Generator().manual_seed(1)
     keys = torch.randint(-(2**62), 2**62, (1500,), generator=g)
@@ -296,7 +296,7 @@ def test_keyed_noise_compiled_form_is_the_same(monkeypatch):
     """Under `torch.compile` the noise's counters enter as a sum, `(key * golden^-1 + v) * golden`, not as the
     product `v * golden` that Inductor on torch <= 2.11 folds into int32 index arithmetic (a Triton compile error
     for ELECTRA-small on an H200, docs/speed.md): the same 64-bit values, bit for bit."""
-    from hf_bertology.models.modeling_electra import keyed_uniform
+    from hf_bertology.models.replaced_token_detection import keyed_uniform
 
     g = torch.Generator().manual_seed(0)
     keys = torch.cat([torch.randint(-(2**62), 2**62, (300,), generator=g), torch.tensor([0, -1, 2**63 - 1, -(2**63)])])

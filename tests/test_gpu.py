@@ -129,7 +129,7 @@ def test_compiled_keyed_noise_equals_eager(dynamic):
     """ELECTRA's keyed Gumbel noise compiles on CUDA and gives the eager bits: written as `arange * golden`, torch
     2.11's Inductor folded the product into int32 index arithmetic and Triton refused the kernel (the H200 slot of
     2026-11-27, docs/speed.md); where a product fits int32 that folding would wrap silently instead."""
-    from hf_bertology.models.modeling_electra import gumbel_sample, keyed_uniform
+    from hf_bertology.models.replaced_token_detection import gumbel_sample, keyed_uniform
 
     torch._dynamo.reset()
     g = torch.Generator().manual_seed(0)

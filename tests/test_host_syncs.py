@@ -14,7 +14,7 @@ from transformers import Trainer, TrainerState
 
 from hf_bertology.collators.flatten import TARGET_POSITIONS, add_target_positions, flatten_batch
 from hf_bertology.data import build_pretraining_dataset, load_corpus, tokenize_corpus
-from hf_bertology.models.modeling_electra import binary_auc
+from hf_bertology.models.replaced_token_detection import binary_auc
 from hf_bertology.recipes import VARIANTS, get_recipe
 from hf_bertology.testing import HostSyncs
 from hf_bertology.training import pretrain

@@ -16,7 +16,7 @@ import torch
 from scipy import stats
 
 from hf_bertology.data import build_pretraining_dataset, load_corpus, tokenize_corpus
-from hf_bertology.models.modeling_electra import gumbel_sample, keyed_uniform
+from hf_bertology.models.replaced_token_detection import gumbel_sample, keyed_uniform
 from hf_bertology.recipes import get_recipe
 from platform_support import no_dropout
 
@@ -60,8 +60,8 @@ def test_a_row_samples_alike_in_the_whole_batch_and_in_a_half(name, corpus):
     assert batch["sample_keys"].shape == batch["input_ids"].shape
     torch.manual_seed(0)
     model = recipe.build_model().eval()
-    # the module whose `gumbel_sample` the RTD step calls (composed: rtd_composed.py, the step's `_fake_data`)
-    module = sys.modules[getattr(type(model), "_fake_data", type(model).forward).__module__]
+    # every RTD step samples through `replaced_token_detection.fake_data`, which calls this module's `gumbel_sample`
+    module = sys.modules["hf_bertology.models.replaced_token_detection"]
     original, seen = module.gumbel_sample, []
     module.gumbel_sample = lambda *args, **kwargs: seen.append(original(*args, **kwargs)) or seen[-1]
     try:

@@ -96,8 +96,8 @@ def run(model, batch: dict) -> tuple[object, dict]:
     original token here (the model uses what `gumbel_sample` returns)."""
     seen: dict = {}
     targets = batch["labels"][batch["labels"].ne(-100)]  # (M,) in the row-major order the models sample in
-    # the module whose `gumbel_sample` the RTD step calls (composed: rtd_composed.py, the step's `_fake_data`)
-    module = sys.modules[getattr(type(model), "_fake_data", type(model).forward).__module__]
+    # every RTD step samples through `replaced_token_detection.fake_data`, which calls this module's `gumbel_sample`
+    module = sys.modules["hf_bertology.models.replaced_token_detection"]
     original = getattr(module, "gumbel_sample", None)
     hooks = []
     for attr in ("sentence_classifier", "sbo"):

@@ -7,6 +7,8 @@ trained and `DataCollatorForMaskedLM.from_config(config, tokenizer)` rebuilds th
 
 from transformers import BertConfig
 
+from .configuration_recipe import check_masking
+
 
 class BertologyBertConfig(BertConfig):
     r"""
@@ -47,17 +49,7 @@ class BertologyBertConfig(BertConfig):
         nsp_random_prob: float = 0.5,
         **kwargs,
     ):
-        # Copy source: masking_checks
-        if not 0.0 < mlm_probability < 1.0:
-            raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}")
-        if mask_replace_prob < 0 or random_replace_prob < 0 or mask_replace_prob + random_replace_prob > 1:
-            raise ValueError(
-                "mask_replace_prob and random_replace_prob must be >= 0 and sum to at most 1, "
-                f"got {mask_replace_prob} and {random_replace_prob}"
-            )
-        if max_predictions_per_seq is not None and max_predictions_per_seq < 1:
-            raise ValueError(f"max_predictions_per_seq must be >= 1 or None, got {max_predictions_per_seq}")
-        # End copy source: masking_checks
+        check_masking(mlm_probability, mask_replace_prob, random_replace_prob, max_predictions_per_seq)
         if not 0.0 <= short_seq_prob <= 1.0 or not 0.0 <= nsp_random_prob <= 1.0:
             raise ValueError("short_seq_prob and nsp_random_prob must be probabilities")
         self.mlm_probability = mlm_probability

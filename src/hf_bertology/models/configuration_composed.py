@@ -1,30 +1,16 @@
 """One paper's objective on another paper's encoder: the config of a composed pretraining model.
 
-A composed config is the backbone family's own `transformers` config (its `model_type` kept, so plain `transformers`
-reads the saved `config.json`) plus the objective's parts:
-
-- **masking** (token, whole-word, SpanBERT spans, ALBERT n-grams, all-[MASK]): the objective's collator fields
-  (`mlm_probability`, `masking_scheme`, `geometric_p`, ...), carried as they are in the objective's own config;
-- **a sentence task** (`sentence_task`: `"nsp"`, `"sop"` or `None`) read from each example's first token;
-- **the span boundary objective** (`span_boundary_objective`), SpanBERT's head on the span boundaries;
-- **replaced-token detection** (`replaced_token_detection`): a generator of the same family, sized by
-  `generator_hidden_fraction` (ELECTRA: 1/4 width) and `generator_layers_fraction` (DeBERTa-v3: half depth), and
-  the discriminator's embedding sharing (`embedding_sharing`: `"es"` ELECTRA's shared table, `"gdes"` DeBERTa-v3's
-  gradient-disentangled sharing, `"nes"` none).
-
-`objective` names the paper whose parts these are (a key of `hf_bertology.recipes.VARIANTS`). `recipes.get_recipe(
-"electra-small", backbone="roberta")` fills every field; the classes below only validate them. One class per family
-so that each subclasses that family's config.
-
-With replaced-token detection (two networks), `config.json` says `model_type: "bertology-rtd-<family>-joint"`
-(`JOINT_MODEL_TYPE`), which plain `transformers` does not know, and names the config class under
-`auto_map["AutoConfig"]`: without `trust_remote_code` every Auto class and pipeline refuses the folder instead of
-reading the discriminator; with it, only `AutoModelForPreTraining` (ours) loads it. The run's `discriminator/` and
-`generator/` folders hold the vanilla networks. In memory, and for every other objective on disk too, the type is the
-family's (configuration_electra.py says more).
+The backbone family's own `transformers` config (its `model_type` kept) plus the objective's parts: its masking
+fields as the objective's own config carries them, a sentence task (`"nsp"`, `"sop"`), SpanBERT's span boundary
+objective, or replaced-token detection with a same-family generator (`generator_hidden_fraction`,
+`generator_layers_fraction`) and embedding sharing (`"es"`, `"gdes"`, `"nes"`). `recipes.get_recipe("electra-small",
+backbone="roberta")` fills every field; the classes here only check them. With replaced-token detection, config.json
+says the joint `model_type` (`configuration_recipe.JointConfig`). docs/recipes/composed.md.
 """
 
 from transformers import AlbertConfig, BertConfig, DebertaV2Config, ElectraConfig, ModernBertConfig, RobertaConfig
+
+from .configuration_recipe import JointConfig
 
 # config.json's `model_type` of an RTD objective on family `{}` (`to_diff_dict`); read back as the family's.
 JOINT_MODEL_TYPE = "bertology-rtd-{}-joint"
@@ -32,7 +18,7 @@ SENTENCE_TASKS = (None, "nsp", "sop")
 EMBEDDING_SHARING = ("gdes", "es", "nes")
 
 
-class ComposedObjectiveConfig:
+class ComposedObjectiveConfig(JointConfig):
     r"""
     Args (in addition to the backbone family's config):
         objective (`str`): the paper whose objective this is (`"electra"`, `"spanbert"`, ...).
@@ -98,73 +84,42 @@ class ComposedObjectiveConfig:
         if replaced_token_detection:  # auto_map names the config class: only remote code knows the joint type
             self._auto_class = "AutoConfig"
 
-    @classmethod
-    def get_config_dict(cls, *args, **kwargs):
-        """The saved fields, the joint `model_type` read as the family's (no type-mismatch warning on load)."""
-        config_dict, kwargs = super().get_config_dict(*args, **kwargs)
-        if config_dict.get("model_type") == JOINT_MODEL_TYPE.format(cls.model_type):
-            config_dict["model_type"] = cls.model_type
-        return config_dict, kwargs
+    joint_model_type = JOINT_MODEL_TYPE
 
-    def to_diff_dict(self) -> dict:
-        """What `save_pretrained` writes; with replaced-token detection, the joint `model_type` that plain
-        transformers refuses."""
-        output = super().to_diff_dict()
-        if self.replaced_token_detection:
-            output["model_type"] = JOINT_MODEL_TYPE.format(self.model_type)
-        return output
+    @property
+    def writes_joint_type(self) -> bool:  # two networks only with replaced-token detection
+        return self.replaced_token_detection
 
 
-class BertologyComposedBertConfig(ComposedObjectiveConfig, BertConfig):
-    """An objective on `BertModel` (`model_type` "bert")."""
+def _composed_config(family_config: type) -> type:
+    """`BertologyComposed<Family>Config`: `ComposedObjectiveConfig` on the family's config, `model_type` kept."""
 
     def __init__(self, **kwargs):  # an own __init__: transformers would otherwise generate one past the mixin
-        super().__init__(**kwargs)
+        ComposedObjectiveConfig.__init__(self, **kwargs)
+
+    name = f"BertologyComposed{family_config.__name__}"
+    namespace = {"__init__": __init__, "__module__": __name__, "__qualname__": name}
+    return type(name, (ComposedObjectiveConfig, family_config), namespace)
 
 
-class BertologyComposedRobertaConfig(ComposedObjectiveConfig, RobertaConfig):
-    """An objective on `RobertaModel` (`model_type` "roberta")."""
-
-    def __init__(self, **kwargs):  # an own __init__: transformers would otherwise generate one past the mixin
-        super().__init__(**kwargs)
+FAMILY_CONFIGS = (BertConfig, RobertaConfig, AlbertConfig, ElectraConfig, DebertaV2Config, ModernBertConfig)
+COMPOSED_CONFIGS = {cls.model_type: cls for cls in map(_composed_config, FAMILY_CONFIGS)}
+globals().update({cls.__name__: cls for cls in COMPOSED_CONFIGS.values()})  # where `auto_map` finds them
 
 
-class BertologyComposedAlbertConfig(ComposedObjectiveConfig, AlbertConfig):
-    """An objective on `AlbertModel` (`model_type` "albert")."""
-
-    def __init__(self, **kwargs):  # an own __init__: transformers would otherwise generate one past the mixin
-        super().__init__(**kwargs)
-
-
-class BertologyComposedElectraConfig(ComposedObjectiveConfig, ElectraConfig):
-    """An objective on `ElectraModel` (`model_type` "electra")."""
-
-    def __init__(self, **kwargs):  # an own __init__: transformers would otherwise generate one past the mixin
-        super().__init__(**kwargs)
-
-
-class BertologyComposedDebertaV2Config(ComposedObjectiveConfig, DebertaV2Config):
-    """An objective on `DebertaV2Model` (`model_type` "deberta-v2"; DeBERTa-v3's architecture)."""
-
-    def __init__(self, **kwargs):  # an own __init__: transformers would otherwise generate one past the mixin
-        super().__init__(**kwargs)
-
-
-class BertologyComposedModernBertConfig(ComposedObjectiveConfig, ModernBertConfig):
-    """An objective on `ModernBertModel` (`model_type` "modernbert"; no token types, so no sentence task)."""
-
-    def __init__(self, **kwargs):  # an own __init__: transformers would otherwise generate one past the mixin
-        super().__init__(**kwargs)
-
-
-COMPOSED_CONFIGS = {
-    cls.model_type: cls
-    for cls in (
-        BertologyComposedBertConfig,
-        BertologyComposedRobertaConfig,
-        BertologyComposedAlbertConfig,
-        BertologyComposedElectraConfig,
-        BertologyComposedDebertaV2Config,
-        BertologyComposedModernBertConfig,
-    )
-}
+def generator_config(config):
+    """The RTD generator's config: the family's plain config at `generator_hidden_fraction` of the width (heads of the
+    same size, FFN scaled alike) and `generator_layers_fraction` of the depth; a factorised embedding (ALBERT,
+    ELECTRA, DeBERTa `embedding_size`) keeps the discriminator's width so the tables can be shared."""
+    family_config = type(config).__bases__[-1] if type(config) in COMPOSED_CONFIGS.values() else type(config)
+    generator = family_config(**config.to_dict())
+    head_size = config.hidden_size // config.num_attention_heads
+    generator.hidden_size = max(head_size, round(config.hidden_size * config.generator_hidden_fraction))
+    generator.num_attention_heads = max(1, generator.hidden_size // head_size)
+    generator.intermediate_size = max(1, round(config.intermediate_size * config.generator_hidden_fraction))
+    generator.num_hidden_layers = max(1, round(config.num_hidden_layers * config.generator_layers_fraction))
+    if config.model_type == "deberta-v2" and generator.hidden_size != config.hidden_size:
+        generator.embedding_size = getattr(config, "embedding_size", config.hidden_size)
+    generator.tie_word_embeddings = False  # tied at the top level (to the discriminator's table under "es")
+    generator.replaced_token_detection = False
+    return generator

@@ -1,46 +1,19 @@
 """DeBERTa-v3's pretraining recipe as a `transformers.DebertaV2Config` (He et al., 2021; microsoft/DeBERTa).
 
-The architecture fields are the **discriminator's**, with `DebertaV2Config`'s `model_type` ("deberta-v2") kept, so
-plain `transformers` builds the discriminator (`DebertaV2Model`) from the saved `config.json`. Defaults are
-DeBERTa-v3-base's, from the official `experiments/language_model/rtd_base.json`: relative attention with 256 log
-buckets (`position_buckets`), `norm_rel_ebd="layer_norm"`, `share_att_key`, `pos_att_type="p2c|c2p"`, no absolute
-positions in the input (`position_biased_input=False`), no token types, LayerNorm ε 1e-7, a 128,100-entry vocabulary.
-
-The generator is derived, as in the official `rtd_*.json` files: the discriminator's fields with **half its depth**
-(`generator_num_hidden_layers`, default `num_hidden_layers // 2`) and the same width. `generator_config(config)`
-returns it as a plain `DebertaV2Config` with `legacy=False`, so `DebertaV2ForMaskedLM` names its head
-`lm_predictions.lm_head.*` as the released `pytorch_model.generator.bin` files do.
-
-`embedding_sharing` (official `embedding_sharing` key): "gdes" (default), "es" or "nes"; see the modeling file.
-Every number, with the official file it comes from: `docs/recipes/deberta_v3.md`.
-
-A joint run's `config.json` says `model_type: "bertology-deberta-v3-joint"` (`JOINT_MODEL_TYPE`), which plain
-`transformers` does not know, with this class under `auto_map["AutoConfig"]`: without `trust_remote_code` every Auto
-class and pipeline refuses the folder; with it, only `AutoModelForPreTraining` (our joint class) loads it. The
-vanilla networks are the run's `discriminator/` and `generator/` folders. In memory the type stays "deberta-v2"; a
-checkpoint written with `model_type: "deberta-v2"` loads into our classes as it did (configuration_electra.py).
+The architecture fields are the discriminator's (DeBERTa-v3-base's defaults, `rtd_base.json`), `model_type`
+"deberta-v2" kept in memory; the generator is derived at half the depth (`generator_config`, as the official
+`rtd_*.json`). The other fields are the objective's: masking, loss weights, `embedding_sharing`. A joint run's
+config.json says `bertology-deberta-v3-joint` (`configuration_recipe.JointConfig`). Every number and its source:
+docs/recipes/deberta_v3.md.
 """
 
 from transformers import DebertaV2Config
 
+from .configuration_recipe import JointConfig, check_masking, plain_config
+
 # What config.json of a joint run says (`to_diff_dict`); `get_config_dict` reads it back as DebertaV2Config's type.
 JOINT_MODEL_TYPE = "bertology-deberta-v3-joint"
 
-# Fields that describe the objective, not the network: dropped from the exported vanilla configs.
-RECIPE_FIELDS = (
-    "embedding_sharing",
-    "generator_num_hidden_layers",
-    "mlm_probability",
-    "max_predictions_per_seq",
-    "mask_replace_prob",
-    "random_replace_prob",
-    "whole_word_mask",
-    "generator_weight",
-    "discriminator_weight",
-    "sampling_temperature",
-    "mask_positions",
-    "input_format",
-)
 EMBEDDING_SHARING = ("gdes", "es", "nes")
 MASK_POSITIONS = ("window", "uniform")
 
@@ -65,7 +38,7 @@ DEBERTA_V3_ARCHITECTURE = {
 }
 
 
-class BertologyDebertaV3Config(DebertaV2Config):
+class BertologyDebertaV3Config(JointConfig, DebertaV2Config):
     r"""
     Args (in addition to [`~transformers.DebertaV2Config`]'s, which describe the discriminator; defaults are
     DeBERTa-v3-base's and the official RTD task's):
@@ -100,6 +73,7 @@ class BertologyDebertaV3Config(DebertaV2Config):
     """
 
     _auto_class = "AutoConfig"  # auto_map names this class: only remote code knows the joint model_type
+    joint_model_type = JOINT_MODEL_TYPE
 
     def __init__(
         self,
@@ -123,17 +97,7 @@ class BertologyDebertaV3Config(DebertaV2Config):
             raise ValueError(
                 f"embedding_sharing must be one of {', '.join(EMBEDDING_SHARING)}, got {embedding_sharing!r}"
             )
-        # Copied from hf_bertology.models.configuration_bert.BertologyBertConfig.__init__[masking_checks]
-        if not 0.0 < mlm_probability < 1.0:
-            raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}")
-        if mask_replace_prob < 0 or random_replace_prob < 0 or mask_replace_prob + random_replace_prob > 1:
-            raise ValueError(
-                "mask_replace_prob and random_replace_prob must be >= 0 and sum to at most 1, "
-                f"got {mask_replace_prob} and {random_replace_prob}"
-            )
-        if max_predictions_per_seq is not None and max_predictions_per_seq < 1:
-            raise ValueError(f"max_predictions_per_seq must be >= 1 or None, got {max_predictions_per_seq}")
-        # End copied block
+        check_masking(mlm_probability, mask_replace_prob, random_replace_prob, max_predictions_per_seq)
         if generator_num_hidden_layers is not None and generator_num_hidden_layers < 1:
             raise ValueError(f"generator_num_hidden_layers must be >= 1 or None, got {generator_num_hidden_layers}")
         if generator_weight < 0 or discriminator_weight < 0:
@@ -158,30 +122,10 @@ class BertologyDebertaV3Config(DebertaV2Config):
         self.input_format = input_format
         super().__init__(**kwargs)
 
-    # Copied from hf_bertology.models.configuration_electra.BertologyElectraConfig.get_config_dict
-    @classmethod
-    def get_config_dict(cls, *args, **kwargs):
-        """The saved fields, the joint `model_type` read as this class's (no type-mismatch warning on load)."""
-        config_dict, kwargs = super().get_config_dict(*args, **kwargs)
-        if config_dict.get("model_type") == JOINT_MODEL_TYPE:
-            config_dict["model_type"] = cls.model_type
-        return config_dict, kwargs
-
-    # Copied from hf_bertology.models.configuration_electra.BertologyElectraConfig.to_diff_dict
-    def to_diff_dict(self) -> dict:
-        """What `save_pretrained` writes (every save: ours, the Trainer's checkpoints, a push), with the joint
-        `model_type` (`JOINT_MODEL_TYPE`) that plain transformers refuses."""
-        output = super().to_diff_dict()
-        output["model_type"] = JOINT_MODEL_TYPE
-        return output
-
 
 def discriminator_config(config: DebertaV2Config) -> DebertaV2Config:
     """The discriminator's architecture as a plain `DebertaV2Config` (no recipe fields, no `auto_map`)."""
-    fields = {k: v for k, v in config.to_dict().items() if k not in RECIPE_FIELDS}
-    for key in ("auto_map", "architectures", "model_type", "transformers_version"):
-        fields.pop(key, None)
-    return DebertaV2Config(**fields)
+    return plain_config(config, DebertaV2Config, BertologyDebertaV3Config)
 
 
 def generator_config(config: DebertaV2Config) -> DebertaV2Config:

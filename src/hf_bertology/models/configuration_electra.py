@@ -1,51 +1,20 @@
 """ELECTRA's pretraining recipe as a `transformers.ElectraConfig` (Clark et al., 2020; google-research/electra).
 
-The architecture fields are the **discriminator's**, with `ElectraConfig`'s `model_type` ("electra") kept, so plain
-`transformers` reads the saved `config.json` and builds the discriminator from it. The generator is not stored as
-a nested config: it is derived from the discriminator's fields and `generator_hidden_fraction`, as the official
-`get_generator_config` (run_pretraining.py) does:
-
-    hidden = round(discriminator hidden * generator_hidden_fraction), FFN = 4 * hidden,
-    heads = max(1, hidden // 64), same depth, same embedding size, vocabulary, positions and token types.
-
-`generator_config(config)` returns that as a plain `ElectraConfig` (what `ElectraForMaskedLM` is built from, and
-what `bertology export --electra-part generator` writes). The other extra fields are the objective's: masking for
-the generator input (85% [MASK] / 15% kept / no random tokens), loss weights, sampling temperature, two-stage
-training.
-
-A joint run's `config.json` says `model_type: "bertology-electra-joint"` (`JOINT_MODEL_TYPE`), a type plain
-`transformers` does not know, with this class under `auto_map["AutoConfig"]`: without `trust_remote_code` every Auto
-class, pipeline and sentence-transformers refuses the folder (it asks for `trust_remote_code`) instead of reading
-the discriminator under a new, random masked-LM head; with it, only `AutoModelForPreTraining` (our joint class)
-loads it. The vanilla networks are the run's `discriminator/` and `generator/` folders (docs/loading.md). In memory
-the type stays "electra" (transformers' ELECTRA modules and our code read it); a checkpoint written before the
-joint type (`model_type: "electra"`) loads into our classes as it did.
+The architecture fields are the discriminator's, `model_type` "electra" kept in memory; the generator is derived from
+them and `generator_hidden_fraction` (`generator_config`, the official `get_generator_config`). The other fields are
+the objective's: the generator's masking (85% [MASK], 15% kept), loss weights, sampling, two-stage training. A joint
+run's config.json says `bertology-electra-joint` (`configuration_recipe.JointConfig`). docs/recipes/electra.md.
 """
 
 from transformers import ElectraConfig
 
+from .configuration_recipe import JointConfig, check_masking, plain_config
+
 # What config.json of a joint run says (`to_diff_dict`); `get_config_dict` reads it back as ElectraConfig's type.
 JOINT_MODEL_TYPE = "bertology-electra-joint"
 
-# Fields that describe the objective, not the network: dropped from the exported vanilla configs.
-RECIPE_FIELDS = (
-    "generator_hidden_fraction",
-    "mlm_probability",
-    "max_predictions_per_seq",
-    "predictions_follow_length",
-    "mask_replace_prob",
-    "random_replace_prob",
-    "whole_word_mask",
-    "generator_weight",
-    "discriminator_weight",
-    "sampling_temperature",
-    "disallow_correct",
-    "two_stage_generator_steps",
-    "input_format",
-)
 
-
-class BertologyElectraConfig(ElectraConfig):
+class BertologyElectraConfig(JointConfig, ElectraConfig):
     r"""
     Args (in addition to [`~transformers.ElectraConfig`]'s, which describe the discriminator; defaults are
     ELECTRA-Small's and the official `configure_pretraining.py`'s):
@@ -85,6 +54,7 @@ class BertologyElectraConfig(ElectraConfig):
     """
 
     _auto_class = "AutoConfig"  # auto_map names this class: only remote code knows the joint model_type
+    joint_model_type = JOINT_MODEL_TYPE
 
     def __init__(
         self,
@@ -106,17 +76,7 @@ class BertologyElectraConfig(ElectraConfig):
         kwargs.pop("model_type", None)  # a saved one (the joint type) must not hide the class's "electra"
         if not 0.0 < generator_hidden_fraction <= 1.0:
             raise ValueError(f"generator_hidden_fraction must be in (0, 1], got {generator_hidden_fraction}")
-        # Copied from hf_bertology.models.configuration_bert.BertologyBertConfig.__init__[masking_checks]
-        if not 0.0 < mlm_probability < 1.0:
-            raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}")
-        if mask_replace_prob < 0 or random_replace_prob < 0 or mask_replace_prob + random_replace_prob > 1:
-            raise ValueError(
-                "mask_replace_prob and random_replace_prob must be >= 0 and sum to at most 1, "
-                f"got {mask_replace_prob} and {random_replace_prob}"
-            )
-        if max_predictions_per_seq is not None and max_predictions_per_seq < 1:
-            raise ValueError(f"max_predictions_per_seq must be >= 1 or None, got {max_predictions_per_seq}")
-        # End copied block
+        check_masking(mlm_probability, mask_replace_prob, random_replace_prob, max_predictions_per_seq)
         if generator_weight < 0 or discriminator_weight < 0:
             raise ValueError("generator_weight and discriminator_weight must be >= 0")
         if sampling_temperature <= 0:
@@ -154,28 +114,10 @@ class BertologyElectraConfig(ElectraConfig):
                 f"{self.num_attention_heads})"
             )
 
-    @classmethod
-    def get_config_dict(cls, *args, **kwargs):
-        """The saved fields, the joint `model_type` read as this class's (no type-mismatch warning on load)."""
-        config_dict, kwargs = super().get_config_dict(*args, **kwargs)
-        if config_dict.get("model_type") == JOINT_MODEL_TYPE:
-            config_dict["model_type"] = cls.model_type
-        return config_dict, kwargs
-
-    def to_diff_dict(self) -> dict:
-        """What `save_pretrained` writes (every save: ours, the Trainer's checkpoints, a push), with the joint
-        `model_type` (`JOINT_MODEL_TYPE`) that plain transformers refuses."""
-        output = super().to_diff_dict()
-        output["model_type"] = JOINT_MODEL_TYPE
-        return output
-
 
 def discriminator_config(config: ElectraConfig) -> ElectraConfig:
     """The discriminator's architecture as a plain `ElectraConfig` (no recipe fields, no `auto_map`)."""
-    fields = {k: v for k, v in config.to_dict().items() if k not in RECIPE_FIELDS}
-    for key in ("auto_map", "architectures", "model_type", "transformers_version"):
-        fields.pop(key, None)
-    return ElectraConfig(**fields)
+    return plain_config(config, ElectraConfig, BertologyElectraConfig)
 
 
 def generator_config(config: ElectraConfig) -> ElectraConfig:

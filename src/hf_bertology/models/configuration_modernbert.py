@@ -11,6 +11,8 @@ of every number and its official source: docs/recipes/modernbert.md.
 
 from transformers import ModernBertConfig
 
+from .configuration_recipe import check_masking
+
 
 class BertologyModernBertConfig(ModernBertConfig):
     r"""
@@ -45,17 +47,7 @@ class BertologyModernBertConfig(ModernBertConfig):
         input_format: str = "packed_documents",
         **kwargs,
     ):
-        # Copied from hf_bertology.models.configuration_bert.BertologyBertConfig.__init__[masking_checks]
-        if not 0.0 < mlm_probability < 1.0:
-            raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}")
-        if mask_replace_prob < 0 or random_replace_prob < 0 or mask_replace_prob + random_replace_prob > 1:
-            raise ValueError(
-                "mask_replace_prob and random_replace_prob must be >= 0 and sum to at most 1, "
-                f"got {mask_replace_prob} and {random_replace_prob}"
-            )
-        if max_predictions_per_seq is not None and max_predictions_per_seq < 1:
-            raise ValueError(f"max_predictions_per_seq must be >= 1 or None, got {max_predictions_per_seq}")
-        # End copied block
+        check_masking(mlm_probability, mask_replace_prob, random_replace_prob, max_predictions_per_seq)
         if masking_draw not in ("bernoulli", "exact"):
             raise ValueError(f"masking_draw must be 'bernoulli' or 'exact', got {masking_draw!r}")
         if attention_output_dropout is not None and not 0.0 <= attention_output_dropout < 1.0:

@@ -7,6 +7,8 @@ next-sentence prediction, FULL-SENTENCES blocks (§4.2 of the paper; fairseq `sa
 
 from transformers import RobertaConfig
 
+from .configuration_recipe import check_masking
+
 
 class BertologyRobertaConfig(RobertaConfig):
     r"""
@@ -32,17 +34,7 @@ class BertologyRobertaConfig(RobertaConfig):
         input_format: str = "full_sentences",
         **kwargs,
     ):
-        # Copied from hf_bertology.models.configuration_bert.BertologyBertConfig.__init__[masking_checks]
-        if not 0.0 < mlm_probability < 1.0:
-            raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}")
-        if mask_replace_prob < 0 or random_replace_prob < 0 or mask_replace_prob + random_replace_prob > 1:
-            raise ValueError(
-                "mask_replace_prob and random_replace_prob must be >= 0 and sum to at most 1, "
-                f"got {mask_replace_prob} and {random_replace_prob}"
-            )
-        if max_predictions_per_seq is not None and max_predictions_per_seq < 1:
-            raise ValueError(f"max_predictions_per_seq must be >= 1 or None, got {max_predictions_per_seq}")
-        # End copied block
+        check_masking(mlm_probability, mask_replace_prob, random_replace_prob, max_predictions_per_seq)
         self.mlm_probability = mlm_probability
         self.max_predictions_per_seq = max_predictions_per_seq
         self.mask_replace_prob = mask_replace_prob

@@ -1,19 +1,10 @@
 """Masked-LM loss without the `(M, V)` logits: the output layer and the cross-entropy fused, in chunks of targets.
 
-The unfused head projects the M target positions onto the vocabulary and keeps the logits and their gradient for the
-backward: at BERT-base sizes (a 256 x 128 batch has about 4,900 targets; 30,522 words) that is about 600 MB each in
-fp32. `ChunkedLinearCrossEntropy` makes the logits of a chunk of targets at a time, adds their summed cross-entropy
-and computes its gradients at once (the gradient of a summed cross-entropy with respect to the logits is
-`softmax - one_hot`), keeping only the gradients of the hidden states, weight and bias: peak memory one chunk of
-logits (`CHUNK_BYTES`). Liger-Kernel's `fused_linear_cross_entropy` does the same in Triton kernels; on CUDA it is
-used where installed (`pip install 'hf_bertology[liger]'`); torch has no fused op for this.
-
-`sparse_mlm_loss` chooses: the unfused head (logits returned) when logits are asked for, without gradient
-(evaluation), under `torch.compile` (a Python loop over a dynamic number of chunks would specialise on it; the
-compiler fuses the unfused head itself), or where all the logits fit in one chunk (one chunk saves no memory and
-adds operations); otherwise Liger's kernel on CUDA where installed, else the chunked torch version.
-
-This file imports only torch (`trust_remote_code=True` copies it beside the model).
+At BERT-base sizes the unfused head keeps about 600 MB of logits and as much of their gradient; the chunked version
+keeps one chunk (`CHUNK_BYTES`), computing each chunk's gradient at once (`softmax - one_hot`). On CUDA,
+Liger-Kernel's `fused_linear_cross_entropy` is used where installed (`hf_bertology[liger]`); torch has no fused op.
+`sparse_mlm_loss` chooses the unfused head where logits are asked for, without gradient, under `torch.compile` or
+where the logits fit one chunk. docs/recipes/bert.md ("In the code").
 """
 
 import importlib

@@ -5,43 +5,19 @@ Parameter names are exactly those of `transformers.XLNetLMHeadModel` (`transform
 `AutoModelForCausalLM` / `AutoModel` load our checkpoints with plain `transformers`. The backbone is
 `transformers.XLNetModel` unchanged: it runs the content and query streams (`perm_mask`, `target_mapping`),
 relative positions and segments, and caches `mems`. We add what pretraining needs (zihangdai/xlnet
-`function_builder.two_stream_loss`): the LM head runs only on the real targets (the `target_mapping` rows whose label
-is not -100), the loss is a sum divided by the Trainer's count of targets, and `mems` are returned whenever memory
-is on, for the Trainer to feed into the next segment (`training/xlnet_trainer.py`).
-
-This file imports only torch, transformers and its own folder (`trust_remote_code=True` works without
-hf_bertology).
+`function_builder.two_stream_loss`): the LM head runs only on the real targets, the loss is a sum over the step's
+count of targets, and `mems` are returned for the Trainer to feed into the next segment. docs/recipes/xlnet.md.
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformers import XLNetModel, XLNetPreTrainedModel
-from transformers.modeling_outputs import ModelOutput
 
 from .configuration_xlnet import BertologyXLNetConfig
-
-
-@dataclass
-class BertologyXLNetForPreTrainingOutput(ModelOutput):
-    """
-    loss: equals `plm_loss` (mean cross-entropy over the targets of the optimizer step).
-    plm_accuracy: share of the targets predicted correctly.
-    logits: `(num_targets, vocab_size)` for the labelled targets when `labels` are given (sparse), else
-        `(batch, num_predict, vocab_size)` (or `(batch, seq_len, vocab_size)` without `target_mapping`).
-    mems: per layer `(mem_len, batch, d_model)`, detached: the memory for the next segment of the same streams.
-    """
-
-    loss: torch.Tensor | None = None
-    plm_loss: torch.Tensor | None = None
-    plm_accuracy: torch.Tensor | None = None
-    logits: torch.Tensor | None = None
-    mems: tuple[torch.Tensor, ...] | None = None
-    hidden_states: tuple[torch.Tensor, ...] | None = None
-    attentions: tuple | None = None
+from .masked_lm import masked_lm_loss
+from .outputs import BertologyForPreTrainingOutput
 
 
 class BertologyXLNetForPreTraining(XLNetPreTrainedModel):
@@ -78,7 +54,7 @@ class BertologyXLNetForPreTraining(XLNetPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         **kwargs,
-    ) -> BertologyXLNetForPreTrainingOutput:
+    ) -> BertologyForPreTrainingOutput:
         r"""
         perm_mask (`(batch, seq_len, seq_len)`): 1 where position i may NOT attend to j (XLNetModel's convention).
         target_mapping (`(batch, num_predict, seq_len)`): one-hot row per target, zero rows for padding.
@@ -110,18 +86,12 @@ class BertologyXLNetForPreTraining(XLNetPreTrainedModel):
         if labels is None:
             logits = self.lm_loss(hidden)  # (B, P, V)
         else:
-            predicted = labels.ne(-100)  # (B, P)
-            at = predicted.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
-            targets = labels.flatten().index_select(0, at)
-            states = hidden.flatten(0, 1).index_select(0, at)  # (M, d): the real targets, padded rows skipped
-            logits = self.lm_loss(states)  # (M, V): sparse prediction
-            if isinstance(num_items_in_batch, Mapping):
-                num_items_in_batch = num_items_in_batch.get("labels")
-            denominator = predicted.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
-            loss = F.cross_entropy(logits.float(), targets, reduction="sum") / denominator
-            plm_accuracy = (logits.argmax(-1) == targets).float().mean()
+            # the real targets only (padded rows skipped): sparse prediction, as masked LM's
+            logits, loss, plm_accuracy = masked_lm_loss(
+                self.lm_loss, hidden, labels, target_positions, num_items_in_batch
+            )
 
-        return BertologyXLNetForPreTrainingOutput(
+        return BertologyForPreTrainingOutput(
             loss=loss,
             plm_loss=loss,
             plm_accuracy=plm_accuracy,

@@ -1,19 +1,9 @@
 """ModernBERT-large initialised from a trained ModernBERT-base: weights tiled from the middle, layers spread.
 
-The official large run starts this way (AnswerDotAI/ModernBERT, branch pretraining_documentation,
-`yamls/modernbert/modernbert-large-pretrain.yaml:120-125`, `init_from_checkpoint` with `mode:
-tile_weights_from_middle`; `src/bert_layers/model.py:1502-1660`, `init_model_from_pretrained` and
-`init_mlm_model_from_pretrained`; `src/bert_layers/initialization.py:172-285`, `tile_weight`). Written here for
-transformers' module names, which FlexBERT's map onto one to one:
-
-- every tensor: the base tensor in the middle of the larger one, repeated outwards on both sides, so entry `(r, c)`
-  is the base's `((r - top) mod h, (c - left) mod w)` with `top = (H - h) // 2`, `left = (W - w) // 2`
-  (`tile_weights_from_middle`; 1-D tensors alike);
-- fused tensors are tiled per part: `Wqkv` as q, k, v and the GLU's `Wi` as its two halves;
-- new layer `i` starts from base layer `round(i · L_base / L_new)`;
-- tiled: the token embeddings (width only, the vocabulary is the same), the embedding norm, every layer's norms,
-  `Wqkv`, `Wo`, `Wi`, `mlp.Wo`, the head's dense and norm, the decoder bias. The final norm is not tiled (the
-  official code does not) and keeps its initialisation.
+As the official large run (`init_from_checkpoint`, `mode: tile_weights_from_middle`), on transformers' module names:
+every tensor holds the base tensor in its middle, repeated outwards; fused tensors (`Wqkv`, the GLU's `Wi`) are
+tiled per part; new layer `i` starts from base layer `round(i · L_base / L_new)`. Sources and the list of tensors:
+docs/recipes/modernbert.md ("In the code").
 """
 
 from __future__ import annotations

@@ -78,7 +78,6 @@ And the official optimizers a recipe names through TrainingArguments' free-form 
 
 from __future__ import annotations
 
-import inspect
 import os
 from collections import deque
 from collections.abc import Mapping
@@ -406,12 +405,7 @@ class BertologyTrainer(Trainer):
         return (loss, outputs) if return_outputs else loss
 
     def _takes_return_metrics(self) -> bool:
-        if getattr(self, "_return_metrics_arg", None) is None:
-            forward = getattr(self.model, "forward", None)
-            self._return_metrics_arg = (
-                forward is not None and "return_metrics" in inspect.signature(forward).parameters
-            )
-        return self._return_metrics_arg
+        return getattr(self.model, "takes_return_metrics", False)  # our pretraining models' steps (not XLNet's)
 
     def _logs_this_step(self) -> bool:
         """Whether the step now running will be logged (`DefaultFlowCallback.on_step_end`'s rule); by epoch: always

@@ -1,0 +1,57 @@
+"""What every recipe config shares: the masking fields' checks, and the joint `model_type` of two networks.
+
+A run with two networks (ELECTRA, DeBERTa-v3, an RTD cell) writes a `model_type` of its own, which plain
+`transformers` refuses: without `trust_remote_code` no Auto class or pipeline reads the joint folder as if it were
+the discriminator; with it, `AutoModelForPreTraining` loads ours. In memory the type stays the family's.
+"""
+
+import inspect
+
+
+def check_masking(mlm_probability, mask_replace_prob, random_replace_prob, max_predictions_per_seq) -> None:
+    """Refuse masking fields out of range (the collators' `from_config` read them)."""
+    if not 0.0 < mlm_probability < 1.0:
+        raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}")
+    if mask_replace_prob < 0 or random_replace_prob < 0 or mask_replace_prob + random_replace_prob > 1:
+        raise ValueError(
+            "mask_replace_prob and random_replace_prob must be >= 0 and sum to at most 1, "
+            f"got {mask_replace_prob} and {random_replace_prob}"
+        )
+    if max_predictions_per_seq is not None and max_predictions_per_seq < 1:
+        raise ValueError(f"max_predictions_per_seq must be >= 1 or None, got {max_predictions_per_seq}")
+
+
+class JointConfig:
+    """Mixed in before a family's config: `config.json` says `joint_model_type` (`{}`: the family's type) wherever
+    `writes_joint_type` is true, and reads back as the family's type."""
+
+    joint_model_type: str
+
+    @property
+    def writes_joint_type(self) -> bool:
+        return True
+
+    @classmethod
+    def get_config_dict(cls, *args, **kwargs):
+        """The saved fields, the joint `model_type` read as this class's (no type-mismatch warning on load)."""
+        config_dict, kwargs = super().get_config_dict(*args, **kwargs)
+        if config_dict.get("model_type") == cls.joint_model_type.format(cls.model_type):
+            config_dict["model_type"] = cls.model_type
+        return config_dict, kwargs
+
+    def to_diff_dict(self) -> dict:
+        """What `save_pretrained` writes (every save: ours, the Trainer's checkpoints, a push)."""
+        output = super().to_diff_dict()
+        if self.writes_joint_type:
+            output["model_type"] = self.joint_model_type.format(self.model_type)
+        return output
+
+
+def plain_config(config, plain_class, recipe_class):
+    """The architecture of `config` as a plain `plain_class` config: without `recipe_class`'s own fields (its
+    `__init__`'s arguments: the objective's) and `auto_map`."""
+    recipe_fields = inspect.signature(recipe_class.__init__).parameters
+    fields = {k: v for k, v in config.to_dict().items() if k not in recipe_fields}
+    for key in ("auto_map", "architectures", "model_type", "transformers_version"):
+        fields.pop(key, None)
+    return plain_class(**fields)

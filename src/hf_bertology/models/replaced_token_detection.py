@@ -1,0 +1,367 @@
+"""Replaced-token detection (ELECTRA §2, DeBERTa-v3 §3), written once: the sampling of the fake tokens, the
+discriminator's loss and heads, and DeBERTa-v3's gradient-disentangled embedding sharing (GDES, §3.3).
+
+Used by ELECTRA, DeBERTa-v3 and every RTD cell of `modeling_composed`; the step reads top to bottom in each model's
+`forward`: `chosen_tokens`, the generator's masked LM, `fake_data`, the discriminator, `rtd_loss`.
+"""
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .masked_lm import is_packed
+from .outputs import BertologyForPreTrainingOutput, step_mean
+from .span_boundary import activation, layer_norm_eps
+
+# parameter names of the backbones' embedding tables (ModernBERT's word table is `tok_embeddings`)
+WORD_TABLES = ("embeddings.word_embeddings.weight", "embeddings.tok_embeddings.weight")
+POSITION_TABLE = "embeddings.position_embeddings.weight"
+OTHER_TABLES = (POSITION_TABLE, "embeddings.token_type_embeddings.weight")
+
+
+def keyed_uniform(keys: torch.Tensor, size: int) -> torch.Tensor:
+    """`(M, size)` float32 uniforms in [0, 1): entry (m, v) a hash of `keys[m]` (int64) and v (SplitMix64 on a
+    counter, as hf_bertology's collators draw their masks), so the noise of an example's token does not depend on
+    the process, the batch or the random state; 24 random bits, exact in float32."""
+    golden, mix1, mix2 = -7046029254386353131, -4658895280553007687, -7723592293110705685  # SplitMix64's, signed
+    golden_inverse = -1018231460777725123  # golden * golden_inverse = 1 (mod 2**64): golden is odd
+
+    def shift(x: torch.Tensor, bits: int) -> torch.Tensor:  # logical right shift of int64 (`>>` keeps the sign)
+        return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+    counters = torch.arange(1, size + 1, device=keys.device)
+    if torch.compiler.is_compiling():  # the same values as (key * golden_inverse + v) * golden: no index times a
+        # 64-bit constant, which Inductor (torch <= 2.11) folds into int32 index arithmetic that Triton refuses
+        # (pytorch #183901); one operation more, which the compiled kernel fuses away
+        x = torch.add(counters, keys[:, None], alpha=golden_inverse).mul_(golden)
+    else:
+        x = torch.add(keys[:, None], counters, alpha=golden)  # (M, size): key + v * golden, wrapping int64
+    x = (x ^ shift(x, 30)) * mix1
+    x = (x ^ shift(x, 27)) * mix2
+    # SplitMix64's last step, x ^ (x >>> 31), leaves bits 40-63 as they are, and only those are kept: skipped.
+    # int64 times a float is float32 (24-bit integers: exact), in one operation.
+    return shift(x, 40) * 2.0**-24
+
+
+def gumbel_sample(logits: torch.Tensor, temperature: float = 1.0, keys: torch.Tensor | None = None) -> torch.Tensor:
+    """Token ids drawn from `softmax(logits / temperature)` by Gumbel-max, in fp32 (ELECTRA's `sample_from_softmax`).
+
+    fp32 because Gumbel noise in half precision is biased (pytorch #41663); the 1e-9 keep `log` finite, as in
+    ELECTRA's code. `argmax(l / T + g) == argmax(l + T * g)`; the noise is built in place (it is (M, vocab) large).
+    """
+    if keys is None:
+        noise = torch.rand(logits.shape, device=logits.device, dtype=torch.float32)
+    elif len(keys) > 1024:  # in blocks of rows: the int64 hash of a whole (M, vocab) block would take 2x the noise's
+        noise = torch.cat([keyed_uniform(block, logits.shape[-1]) for block in keys.split(1024)])  # memory
+    elif len(keys):  # one block: no split (a view), no cat (a copy)
+        noise = keyed_uniform(keys, logits.shape[-1])
+    else:
+        noise = torch.zeros(logits.shape, device=logits.device, dtype=torch.float32)
+    noise.add_(1e-9).log_().neg_().add_(1e-9).log_()  # log(-log(U)) = -Gumbel(0, 1)
+    if temperature != 1.0:
+        noise.mul_(temperature)
+    # argmax(logits + T g) as argmin(-T g - logits): the same values exactly negated, one operation fewer; logits
+    # without a gradient (ELECTRA's, sampled under no_grad) need no detach (a view)
+    return noise.sub_((logits.detach() if logits.requires_grad else logits).float()).argmin(-1)
+
+
+def binary_auc(scores: torch.Tensor, labels: torch.Tensor, real: torch.Tensor | None = None) -> torch.Tensor:
+    """ROC AUC of `scores` for binary `labels` (over the `real` entries only) by the Mann-Whitney rank sum, tied
+    scores sharing their mean rank.
+
+    AUC = (sum of the positives' ranks - P (P + 1) / 2) / (P N): the probability that a random positive scores
+    above a random negative, ties counting one half (`sklearn.metrics.roc_auc_score`'s value). NaN if a class is
+    absent. Every shape here is the input's (a tie group's ends come from `searchsorted`; the entries left out sort
+    first, at -inf), so it runs on the device with no host sync, unlike `unique` or a boolean index.
+    """
+    scores, labels = scores.detach().flatten().float(), labels.detach().flatten().bool()
+    real = torch.ones_like(labels) if real is None else real.flatten().bool()
+    labels = labels & real
+    n_out = (~real).sum()
+    n_pos = labels.sum()
+    n_neg = real.sum() - n_pos
+    sorted_scores, order = scores.masked_fill(~real, float("-inf")).sort()
+    # Twice the 1-based mean rank of each score's tie group, an integer: exact sums with no float64.
+    first = torch.searchsorted(sorted_scores, sorted_scores, right=False)
+    past = torch.searchsorted(sorted_scores, sorted_scores, right=True)
+    double_rank = first + past + 1 - 2 * n_out  # ranks among the real entries (those left out rank below them)
+    double_rank_sum = (double_rank * labels[order]).sum()
+    return (double_rank_sum - n_pos * (n_pos + 1)).float() / (2 * n_pos * n_neg).float()
+
+
+class Chosen(NamedTuple):
+    """The chosen tokens of a batch: where (`mask`, `(B, T)`; `at`, their flat indices, the collator's or else a
+    boolean index, which syncs), their labels (`targets`, `(M,)`) and count, and the real tokens (RTD's weights)."""
+
+    mask: torch.Tensor
+    at: torch.Tensor
+    targets: torch.Tensor
+    count: torch.Tensor
+    real: torch.Tensor
+    n_real: torch.Tensor
+
+
+def chosen_tokens(
+    labels: torch.Tensor, target_positions: torch.Tensor | None, real_mask: torch.Tensor | None
+) -> Chosen:
+    chosen = labels.ne(-100)  # (B, T)
+    at = chosen.flatten().nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
+    real = real_mask.bool() if real_mask is not None else torch.ones_like(chosen)
+    return Chosen(chosen, at, labels.take(at), chosen.sum(), real, real.sum())
+
+
+@torch.no_grad()
+def fake_data(chosen: Chosen, prediction_logits, labels, input_ids, sample_keys, temperature, disallow=False):
+    """ELECTRA's `_get_fake_data`: the input unmasked, then every chosen token replaced by a Gumbel sample of the
+    generator's softmax, without gradient. `(sampled (M,), replaced_input_ids, rtd_labels (B, T))`; a token is
+    "replaced" (1) only where the sample differs from the original."""
+    sample_logits = prediction_logits.detach().float()
+    if disallow:  # the official `disallow_correct`: never sample the original
+        sample_logits[torch.arange(len(chosen.targets), device=labels.device), chosen.targets] = -1e9
+    keys = None if sample_keys is None else sample_keys.take(chosen.at)
+    sampled = gumbel_sample(sample_logits, temperature, keys)  # (M,)
+    original_ids = torch.where(chosen.mask, labels, input_ids)
+    replaced_input_ids = original_ids.put(chosen.at, sampled)  # flat positions, the batch's shape: no views
+    return sampled, replaced_input_ids, (replaced_input_ids != original_ids) & chosen.real
+
+
+def rtd_loss(rtd_logits, rtd_labels, chosen: Chosen, num_items_in_batch) -> torch.Tensor:
+    """The discriminator's sigmoid BCE summed over every real token ([CLS]/[SEP] included), over the step's
+    real-token count; by weighting, not selecting, so every shape stays the batch's (no host sync)."""
+    weight = chosen.real.float()
+    rtd_sum = F.binary_cross_entropy_with_logits(
+        rtd_logits.float(), rtd_labels.float(), weight=weight, reduction="sum"
+    )
+    return rtd_sum / step_mean(num_items_in_batch, "attention_mask", chosen.n_real, chosen.count)
+
+
+@torch.no_grad()
+def rtd_accuracies(prediction_logits, rtd_logits, rtd_labels, chosen: Chosen) -> dict:
+    """The generator's and the discriminator's accuracies, and the share of real tokens replaced."""
+    real, n_real = chosen.real, chosen.n_real
+    predicted = (rtd_logits > 0) & real
+    return {
+        "mlm_accuracy": (prediction_logits.argmax(-1) == chosen.targets).sum() / chosen.count,
+        "rtd_accuracy": ((predicted == rtd_labels) & real).sum() / n_real,
+        "replaced_fraction": rtd_labels.sum() / n_real,
+    }
+
+
+class DiscriminatorHead(nn.Module):
+    """ELECTRA's `ElectraDiscriminatorPredictions` (same names) on any encoder: dense -> act -> one logit a token."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.activation = activation(config)
+        self.dense_prediction = nn.Linear(config.hidden_size, 1)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.dense_prediction(self.activation(self.dense(hidden_states))).squeeze(-1)  # (B, T)
+
+
+class ClsReplacedTokenDetectionHead(nn.Module):
+    """DeBERTa-v3's `LMMaskPredictionHead` (official `replaced_token_detection_model.py:30-49`): LayerNorm(h_[CLS] +
+    h_i) -> dense -> act -> one logit per token."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.transform_act_fn = activation(config)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=layer_norm_eps(config))
+        self.classifier = nn.Linear(config.hidden_size, 1)
+
+    def forward(self, hidden_states: torch.Tensor, cu_seq_lens: torch.Tensor | None = None) -> torch.Tensor:
+        """`cu_seq_lens`: a padding-free row's example starts, so each token reads its own example's [CLS]."""
+        if cu_seq_lens is None:
+            cls = hidden_states[:, :1]  # (B, 1, H)
+        else:  # (T,) the start of each token's example
+            lengths = (cu_seq_lens[1:] - cu_seq_lens[:-1]).long()
+            first = torch.repeat_interleave(cu_seq_lens[:-1].long(), lengths, output_size=hidden_states.shape[1])
+            cls = hidden_states[0, first][None]  # (1, T, H)
+        states = self.LayerNorm(cls + hidden_states)  # every token sees its example's [CLS]
+        return self.classifier(self.transform_act_fn(self.dense(states))).squeeze(-1)  # (B, T)
+
+
+class GradientDisentangledEmbedding(nn.Module):
+    """GDES (DeBERTa-v3 §3.3, official `RTDModel.register_discriminator_fw_hook`): E_D = sg(E_G) + Δ, Δ starting at
+    zero. The rows are gathered before the sum, so no (vocab, hidden) tensor is built per step."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int):
+        super().__init__()
+        self.delta = nn.Parameter(torch.zeros(num_embeddings, embedding_dim))
+
+    def forward(self, input_ids: torch.Tensor, generator_table: torch.Tensor) -> torch.Tensor:
+        return F.embedding(input_ids, generator_table).detach() + F.embedding(input_ids, self.delta)  # (B, T, E)
+
+
+def _table(module: nn.Module, name: str) -> nn.Parameter:
+    return module.get_parameter(name)
+
+
+def add_gdes(model: nn.Module, word_table: str, share_positions: bool) -> None:
+    """Give `model` (a discriminator at `model.base_model`, a generator at `model.generator`) GDES on its word table
+    and, where `share_positions` (the official shares both, `rtd_task.py:56-64`), its absolute position table."""
+    model.gdes = GradientDisentangledEmbedding(*_table(model.base_model, word_table).shape)
+    model._gdes_tables = (f"{model.base_model_prefix}.{word_table}", word_table)
+    if share_positions:
+        model.gdes_positions = GradientDisentangledEmbedding(*_table(model.base_model, POSITION_TABLE).shape)
+    model.register_state_dict_post_hook(merge_gdes)
+
+
+def gdes_tables(model: nn.Module) -> list[tuple[str, GradientDisentangledEmbedding]]:
+    """(table name in the backbone, its GDES) of each table GDES shares; none without GDES."""
+    if not hasattr(model, "gdes"):
+        return []
+    tables = [(model._gdes_tables[1], model.gdes)]
+    if hasattr(model, "gdes_positions"):
+        tables.append((POSITION_TABLE, model.gdes_positions))
+    return tables
+
+
+def merge_gdes(module: nn.Module, state_dict: dict, prefix: str, local_metadata) -> None:
+    """State-dict hook: E_G + Δ written as the discriminator's table (so a checkpoint is a complete plain backbone);
+    only plain state dicts (`keep_vars=False`, what saving uses) are rewritten, the parameters never change."""
+    for name, gdes in gdes_tables(module):
+        key = f"{prefix}{module.base_model_prefix}.{name}"
+        if key not in state_dict or isinstance(state_dict[key], nn.Parameter) or state_dict[key].is_meta:
+            continue
+        state_dict[key] = _table(module.generator.base_model, name).detach() + gdes.delta.detach()
+
+
+def gdes_pairs(model: nn.Module) -> list[tuple[nn.Parameter, nn.Parameter, nn.Parameter]]:
+    """(the discriminator's saved table, the generator's table, Δ) of each table GDES shares: the saved table is the
+    generator's + Δ (`merge_gdes`); starting from two released networks sets Δ from the other two."""
+    return [
+        (_table(model.base_model, name), _table(model.generator.base_model, name), gdes.delta)
+        for name, gdes in gdes_tables(model)
+    ]
+
+
+def freeze_gdes_slots(model: nn.Module) -> None:
+    """Under GDES the discriminator's own tables are slots for E_G + Δ that only saving fills: frozen (so DDP waits
+    for no gradient of theirs)."""
+    for name, _ in gdes_tables(model):
+        _table(model.base_model, name).requires_grad_(False)
+
+
+def discriminate(model: nn.Module, input_ids: torch.Tensor, **inputs):
+    """The discriminator backbone's outputs on `input_ids`; under GDES on sg(E_G) + Δ, and its position table
+    sg(P_G) + Δ_P for this call where shared (official `rtd_task.py:120-122`)."""
+    if not hasattr(model, "gdes"):
+        return model.base_model(input_ids, **inputs)
+    generator = model.generator.base_model
+    inputs_embeds = model.gdes(input_ids, _table(generator, model._gdes_tables[1]))
+    if not hasattr(model, "gdes_positions"):
+        return model.base_model(inputs_embeds=inputs_embeds, **inputs)
+    positions = _table(generator, POSITION_TABLE).detach() + model.gdes_positions.delta
+    call = {"inputs_embeds": inputs_embeds, **inputs}
+    return torch.func.functional_call(model.base_model, {POSITION_TABLE: positions}, (), call)
+
+
+class ReplacedTokenDetectionPreTraining:
+    """The step of every model with two networks, mixed in before the family's `PreTrainedModel` (ELECTRA §2,
+    DeBERTa-v3 §3, the RTD cells): the generator's masked LM on the chosen tokens, a sample at every one of them
+    (`fake_data`), the discriminator on the result (`rtd_loss`); `loss = w_G * mlm + w_D * rtd`.
+
+    A model names its parts: `generator` and the discriminator's encoder (`base_model`), `generator_logits` (the
+    generator's head on the chosen tokens), `rtd_logits` (the discriminator's head); `discriminate` shares the
+    embeddings as its config says (GDES through `add_gdes`, ES by tied tables).
+    """
+
+    accepts_loss_kwargs = True  # each loss is normalised by its `num_items_in_batch` count (`outputs.step_mean`)
+    _auto_class = "AutoModelForPreTraining"
+    takes_return_metrics = True  # `BertologyTrainer` asks for the metrics at the steps it logs only
+    logits_name = "prediction_logits"  # the output field of the generator's logits
+    returns_fake_data = True  # the output also holds the discriminator's input and labels
+    training_stage = "joint"  # ELECTRA's two-stage training: "generator", then "discriminator" (§3.2)
+
+    def backbone_inputs(self, attention_mask, token_type_ids, position_ids, kwargs: dict) -> dict:
+        """What both encoders take besides the ids; a padding-free batch drops the mask (its boundaries keep the
+        examples apart)."""
+        packed = is_packed(self.config, kwargs)
+        return dict(attention_mask=None if packed else attention_mask, token_type_ids=token_type_ids,
+                    position_ids=position_ids, **kwargs)  # fmt: skip
+
+    def discriminate(self, input_ids: torch.Tensor, **inputs):
+        return discriminate(self, input_ids, **inputs)
+
+    def rtd_metrics(self, prediction_logits, sampled, rtd_logits, rtd_labels, chosen: Chosen) -> dict:
+        return rtd_accuracies(prediction_logits, rtd_logits, rtd_labels, chosen)
+
+    def replaced_token_detection_step(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        target_positions: torch.Tensor | None = None,
+        sample_keys: torch.Tensor | None = None,
+        num_items_in_batch=None,
+        return_metrics: bool = True,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        **kwargs,
+    ):
+        r"""
+        input_ids (`(batch, seq_len)`): the generator's input, `[MASK]` at the chosen positions (ELECTRA: 85%).
+        labels (`(batch, seq_len)`): original token ids at the chosen positions, -100 elsewhere. Without labels,
+            only the discriminator runs, on `input_ids`.
+        target_positions (`(M,)`): flat indices of the chosen tokens, computed on the host by our collators: the
+            generator's head then gathers them with no host sync.
+        sample_keys (`(batch, seq_len)` int64): the collator's per-token keys of the sampling noise
+            (`keyed_uniform`); without them the noise comes from torch's random state.
+        return_metrics: also compute the accuracies and diagnostics (`BertologyTrainer` passes `False` at steps it
+            does not log: operations that change no gradient).
+        cu_seq_lens_q (in `kwargs`): a padding-free batch (`hf_bertology.collators.flatten`); both networks run
+            on the flat row.
+        """
+        config = self.config
+        inputs = self.backbone_inputs(attention_mask, token_type_ids, position_ids, kwargs)
+        if labels is None:
+            hidden = self.discriminate(input_ids, **inputs).last_hidden_state
+            return BertologyForPreTrainingOutput(rtd_logits=self.rtd_logits(hidden, inputs))
+        # the real tokens (RTD's weights) come from the mask before a packed batch drops it: a fixed-shape batch
+        # (`collators.fixed_shape`) has filler slots that are not real
+        chosen = chosen_tokens(labels, target_positions, attention_mask)
+
+        # 1. the generator predicts the original token at every chosen position (masked LM, sparse)
+        frozen_generator = self.training_stage == "discriminator"
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen_generator):
+            prediction_logits = self.generator_logits(input_ids, chosen, inputs)  # (M, V)
+        mlm_sum = F.cross_entropy(prediction_logits.float(), chosen.targets, reduction="sum")
+        mlm_loss = mlm_sum / step_mean(num_items_in_batch, "labels", chosen.count, chosen.count)
+        out = {self.logits_name: prediction_logits, "mlm_loss": mlm_loss}
+        if self.training_stage == "generator":
+            accuracy = (
+                (prediction_logits.argmax(-1) == chosen.targets).sum() / chosen.count if return_metrics else None
+            )
+            return BertologyForPreTrainingOutput(loss=mlm_loss, mlm_accuracy=accuracy, **out)
+
+        # 2. the fake data: every chosen token replaced by a sample of the generator's softmax
+        disallow = getattr(config, "disallow_correct", False)
+        sampled, replaced_input_ids, rtd_labels = fake_data(
+            chosen, prediction_logits, labels, input_ids, sample_keys, config.sampling_temperature, disallow
+        )
+
+        # 3. the discriminator tells every real token of the corrupted sequence: original or replaced
+        disc_outputs = self.discriminate(replaced_input_ids, **inputs)
+        rtd_logits = self.rtd_logits(disc_outputs.last_hidden_state, inputs)  # (B, T)
+        out["rtd_loss"] = rtd_loss(rtd_logits, rtd_labels, chosen, num_items_in_batch)
+
+        # 4. the combined loss (the generator's term left out while it is frozen)
+        loss = config.discriminator_weight * out["rtd_loss"]
+        if not frozen_generator:  # (a weight of 1, the papers', multiplies nothing: one operation fewer)
+            loss = loss + (mlm_loss if config.generator_weight == 1.0 else config.generator_weight * mlm_loss)
+        if return_metrics:
+            out.update(self.rtd_metrics(prediction_logits, sampled, rtd_logits, rtd_labels, chosen))
+        if self.returns_fake_data:
+            out.update(replaced_input_ids=replaced_input_ids, rtd_labels=rtd_labels.long())
+        return BertologyForPreTrainingOutput(
+            loss=loss,
+            rtd_logits=rtd_logits,
+            hidden_states=disc_outputs.hidden_states,
+            attentions=disc_outputs.attentions,
+            **out,
+        )

@@ -1,0 +1,100 @@
+"""SpanBERT's span boundary objective (Joshi et al., 2020, §3.2), written once: the head and its loss.
+
+Each token x_i of a masked span (s..e) is predicted from the boundary states h_{s-1}, h_{e+1} and its position
+p_{i-s} in the span. Used by SpanBERT and by every cell that adds SBO (`modeling_composed`).
+"""
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.activations import ACT2FN
+
+from .outputs import step_mean
+
+
+def activation(config):
+    """The config's hidden activation (`hidden_act`, ModernBERT's `hidden_activation`) as a module."""
+    name = getattr(config, "hidden_act", None) or getattr(config, "hidden_activation", "gelu")
+    return ACT2FN[name] if isinstance(name, str) else name
+
+
+def layer_norm_eps(config) -> float:
+    return getattr(config, "layer_norm_eps", None) or getattr(config, "norm_eps", 1e-12)
+
+
+class MLPWithLayerNorm(nn.Module):
+    """SpanBERT's two-layer MLP (official `MLPWithLayerNorm`): Linear, activation, LayerNorm, twice; the second
+    maps to `output_size` (the word table's width: the hidden size, or ALBERT's and ELECTRA's embedding size)."""
+
+    def __init__(self, config, input_size: int, output_size: int):
+        super().__init__()
+        self.linear1 = nn.Linear(input_size, config.hidden_size)
+        self.non_lin1 = activation(config)
+        self.layer_norm1 = nn.LayerNorm(config.hidden_size, eps=layer_norm_eps(config))
+        self.linear2 = nn.Linear(config.hidden_size, output_size)
+        self.non_lin2 = activation(config)
+        self.layer_norm2 = nn.LayerNorm(output_size, eps=layer_norm_eps(config))
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        hidden = self.layer_norm1(self.non_lin1(self.linear1(hidden)))
+        return self.layer_norm2(self.non_lin2(self.linear2(hidden)))
+
+
+class SpanBoundaryHead(nn.Module):
+    """The official `BertPairTargetPredictionHead`: `[h_{s-1}; h_{e+1}; p_{i-s}]` -> MLP -> the tied word table."""
+
+    def __init__(self, config, embedding_size: int | None = None):
+        super().__init__()
+        embedding_size = embedding_size or config.hidden_size
+        positions = config.sbo_position_embedding_size
+        self.position_embeddings = nn.Embedding(config.sbo_max_targets, positions)
+        self.mlp_layer_norm = MLPWithLayerNorm(config, 2 * config.hidden_size + positions, embedding_size)
+        self.decoder = nn.Linear(embedding_size, config.vocab_size, bias=False)  # tied to the word embeddings
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, left: torch.Tensor, right: torch.Tensor, relative_positions: torch.Tensor) -> torch.Tensor:
+        """`left`, `right`: `(M, H)` boundary states; `relative_positions`: `(M,)` -> `(M, V)` logits."""
+        hidden = torch.cat([left, right, self.position_embeddings(relative_positions)], -1)  # (M, 2H + P)
+        return self.decoder(self.mlp_layer_norm(hidden)) + self.bias
+
+
+def grow_bias(sbo: SpanBoundaryHead | None, vocab_size: int) -> None:
+    """After `resize_token_embeddings` (the decoder is tied to the word table, resized with it): the head's own
+    output bias grown too, new words at 0, its initial value."""
+    if sbo is not None and sbo.bias.shape[0] != vocab_size:
+        bias = sbo.bias.new_zeros(vocab_size)
+        keep = min(len(bias), len(sbo.bias))
+        bias[:keep] = sbo.bias.detach()[:keep]
+        sbo.bias = nn.Parameter(bias)
+
+
+class SpanTargets(NamedTuple):
+    """The span collator's SBO targets: `labels` (`(B, T)`, -100 where none), each target's boundaries `(s-1, e+1)`
+    in its row (`(B, T, 2)`; the flat row when packed), its offset `i - s` and the targets' flat indices."""
+
+    labels: torch.Tensor
+    boundaries: torch.Tensor | None
+    relative_positions: torch.Tensor | None
+    target_positions: torch.Tensor | None = None
+
+
+def span_boundary_loss(sbo: SpanBoundaryHead, states, span: SpanTargets, n_masked, num_items_in_batch):
+    """SBO on its targets only: `(N, V)` logits, the summed cross-entropy over the step's SBO-target count, and the
+    accuracy."""
+    if span.boundaries is None or span.relative_positions is None:
+        raise ValueError("sbo_labels need sbo_boundaries and sbo_relative_positions (the span collator's)")
+    has_target = span.labels.ne(-100)  # (B, T)
+    at = has_target.flatten().nonzero().squeeze(1) if span.target_positions is None else span.target_positions
+    sbo_targets = span.labels.flatten().index_select(0, at)  # (N,)
+    width = span.labels.shape[1]
+    boundaries = span.boundaries.flatten(0, 1).index_select(0, at) + (at // width * width)[:, None]  # (N, 2)
+    # the boundary states (s-1, e+1) of every target, flat positions in the (B * T, H) states
+    ends = states.flatten(0, 1).index_select(0, boundaries.flatten()).unflatten(0, (-1, 2))
+    logits = sbo(ends[:, 0], ends[:, 1], span.relative_positions.flatten().index_select(0, at))
+    n_sbo = has_target.sum()
+    n_masked = n_sbo if n_masked is None else n_masked
+    loss_sum = F.cross_entropy(logits.float(), sbo_targets, reduction="sum")
+    loss = loss_sum / step_mean(num_items_in_batch, "sbo_labels", n_sbo, n_masked)
+    return logits, loss, (logits.argmax(-1) == sbo_targets).sum() / n_sbo
