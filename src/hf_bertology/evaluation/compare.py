@@ -293,7 +293,7 @@ def make_baseline(args: CompareArguments, arch: str) -> Path:
 
     from ..export import joint_config, write_part_folders
     from ..hub import save_folder
-    from ..training.pretrain import checkpoint_variant
+    from ..training.run_recipe import checkpoint_variant
 
     out = Path(args.output_dir) / "pretrain" / BASELINE
     if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
