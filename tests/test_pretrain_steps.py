@@ -83,3 +83,33 @@ def test_the_run_values_are_settled_once(tmp_path, corpus_file, bert_tokenizer):
     train_dataset, _ = build_datasets(corpus, eval_corpus, tokenizer, settled, data_args, training_args)
     assert max(len(ids) for ids in train_dataset["input_ids"]) == 40
 
+
+def test_config_overrides_are_parsed_once_and_kept_by_the_recipe(tmp_path, corpus_file, bert_tokenizer, monkeypatch):
+    """`--config_overrides` is read in one place, `build_recipe`, and the recipe keeps the keys it set
+    (`Recipe.explicit`), a checkpoint's recipe as a preset's: `settle_recipe` then keeps those values instead of
+    deriving them from the run's length."""
+    from hf_bertology.training import run_recipe
+
+    bert_tokenizer.save_pretrained(tmp_path / "tok")
+    common = ["--train_file", str(corpus_file), "--tokenizer_name", str(tmp_path / "tok"), "--max_seq_length", "40",
+              "--use_cpu", "true"]  # fmt: skip
+    parsed = []
+    original = run_recipe.parse_overrides
+    monkeypatch.setattr(run_recipe, "parse_overrides", lambda text, *a: parsed.append(text) or original(text, *a))
+    first = tmp_path / "first"
+    pretrain.main(["--recipe", "bert-tiny", "--config_overrides", "hidden_dropout_prob=0.2", "--max_steps", "1",
+                   "--save_strategy", "no", "--report_to", "none", "--dataloader_num_workers", "0", "--output_dir",
+                   str(first), *common])  # fmt: skip
+    assert parsed == ["hidden_dropout_prob=0.2"]
+    saved = json.loads((first / "config.json").read_text())
+    assert saved["hidden_dropout_prob"] == 0.2 and saved["predictions_follow_length"] is True
+
+    # Continued from that checkpoint with a cap of its own: kept at a length whose rule would give 10.
+    model_args, data_args, _, _ = parse_args(
+        ["--model_name_or_path", str(first), "--config_overrides", "max_predictions_per_seq=9", "--output_dir",
+         str(tmp_path / "second"), *common]
+    )  # fmt: skip
+    recipe = build_recipe(model_args)
+    assert "max_predictions_per_seq" in recipe.explicit
+    settled = settle_recipe(recipe, copy.deepcopy(bert_tokenizer), data_args, model_args)
+    assert settled.config.max_predictions_per_seq == 9 and settled.config.predictions_follow_length is False
