@@ -31,11 +31,13 @@ from typing import Any
 
 import numpy as np
 
-from ..recipes import get_recipe
+from ..recipes.registry import get_recipe
 from ..training.input_checks import MIN_SEQ_LENGTH, SEED_LIMIT, check_counts, check_range
 from ..utils import BertologyError, argument_parser, logger, parse_arguments, run_command, set_verbosity
-from . import glue
 from .compare_report import BASELINE, make_plots, report_markdown
+from .glue import run as glue_run
+from .glue.results import task_score
+from .glue.tasks import GLUE_TASKS, get_task
 
 PRETRAIN_RESULTS = "compare_pretrain.json"
 PRETRAIN_STARTED = "compare_started.json"  # settings of a pretraining run that has not finished yet
@@ -165,12 +167,12 @@ def check_args(args: CompareArguments) -> tuple[list[str], list[str], str | None
     check_ranges(args)
     if not (args.train_file or args.dataset_name):
         raise BertologyError("give the pretraining corpus: --train_file FILE… or --dataset_name NAME")
-    tasks = [glue.get_task(name).name for name in _split(args.glue_tasks)]
+    tasks = [get_task(name).name for name in _split(args.glue_tasks)]
     if tasks:
         if not args.glue_data_dir:
             raise BertologyError("--glue_tasks needs --glue_data_dir (the GLUE root folder)")
         for name in tasks:
-            folder = Path(args.glue_data_dir) / glue.GLUE_TASKS[name].folder
+            folder = Path(args.glue_data_dir) / GLUE_TASKS[name].folder
             if not folder.is_dir():
                 raise BertologyError(f"GLUE task folder not found: {folder}")
     baseline = args.baseline or recipes[0]
@@ -249,7 +251,7 @@ def resume_checkpoint(args: CompareArguments, out: Path, vocab_size: int, max_se
 
     A run started with other settings is refused, like a finished one, rather than silently continued or lost.
     """
-    from ..training.trainer import last_complete_checkpoint
+    from ..training.checkpoints import last_complete_checkpoint
 
     if not out.is_dir() or last_complete_checkpoint(out) is None:
         return False
@@ -325,7 +327,7 @@ def finetune(args: CompareArguments, model_dir: Path, model_name: str, task: str
     argv = [
         "--model_name_or_path", str(model_dir),
         "--task_name", task,
-        "--data_dir", str(Path(args.glue_data_dir) / glue.GLUE_TASKS[task].folder),
+        "--data_dir", str(Path(args.glue_data_dir) / GLUE_TASKS[task].folder),
         "--output_dir", str(out),
         "--num_train_epochs", str(args.glue_epochs),
         "--learning_rate", str(args.glue_learning_rate),
@@ -349,7 +351,7 @@ def finetune(args: CompareArguments, model_dir: Path, model_name: str, task: str
     if results.is_file() and settings.is_file():
         logger.info("skipping %s on %s: found %s", model_name, task, results)
         return json.loads(results.read_text())
-    glue.main(argv)
+    glue_run.main(argv)
     settings.write_text(json.dumps(argv, indent=2) + "\n")
     if not results.is_file():
         raise BertologyError(f"fine-tuning {model_name} on {task} wrote no {results}")
@@ -369,7 +371,7 @@ def finetuned_from(model_dir: Path) -> str:
 
 def summarise_glue(results: dict[str, dict[str, float]]) -> tuple[dict[str, float | None], float | None]:
     """Per-task GLUE scores (mean of a task's metrics) and their average (WNLI excluded, as glue_table does)."""
-    scores = {task: glue.task_score(task, res) for task, res in results.items()}
+    scores = {task: task_score(task, res) for task, res in results.items()}
     counted = [s for t, s in scores.items() if s is not None and t != "wnli"]
     return scores, (float(np.mean(counted)) if counted else None)
 

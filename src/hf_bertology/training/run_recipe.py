@@ -13,15 +13,10 @@ import torch
 from transformers import AutoTokenizer, TrainingArguments
 
 from ..export import joint_config, load_parts, part_layout
-from ..recipes import (
-    BACKBONES,
-    VARIANTS,
-    Recipe,
-    backbone_of_model_class,
-    check_override_keys,
-    get_recipe,
-    parse_overrides,
-)
+from ..recipes.backbones import BACKBONES, backbone_of_model_class
+from ..recipes.base import check_override_keys, parse_overrides
+from ..recipes.recipe import VARIANTS, Recipe
+from ..recipes.registry import get_recipe
 from ..utils import BertologyError, logger
 from .arguments import DataArguments, ModelArguments
 from .input_checks import check_config

@@ -79,7 +79,6 @@ And the official optimizers a recipe names through TrainingArguments' free-form 
 from __future__ import annotations
 
 import inspect
-import os
 from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
@@ -92,29 +91,13 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, IntervalStrategy
 
 from ..collators.base import EXAMPLE_ID, CollatorWrapper
 from ..utils import logger
-from .checkpoints import (
-    MARKER,
-    last_complete_checkpoint,
-    list_checkpoints,  # noqa: F401 (imported from here by callers before `checkpoints` existed)
-    mark_complete,
-    prepare_folder,
-    rotate,
-    save_failed,
-    verify,
-    write_failure,
-)
+from .checkpoints import last_complete_checkpoint, mark_complete, prepare_folder, rotate, save_failed, write_failure
 from .optimizers import AdamWNoBiasCorrection, decays_from_start, warmup_linear_schedule, without_bias_correction
 from .phases import restart_override
 
-COMPLETE_MARKER = MARKER  # the name tests and older callers import from here
 # Engines that clip inside themselves (sharded or compiled gradients): there the stock global clipping stays.
 CLIP_WHOLE_TYPES = (DistributedType.DEEPSPEED, DistributedType.FSDP, DistributedType.XLA, DistributedType.MEGATRON_LM)
 EVAL_EPOCH = -1  # the collator's epoch while evaluating: one set of masks for every evaluation, none a training one
-
-
-def is_complete_checkpoint(path: str | os.PathLike) -> bool:
-    """A checkpoint every process finished writing, whose files are as they were saved (`checkpoints.verify`)."""
-    return verify(path) is None
 
 
 class ExampleIds(torch.utils.data.Dataset):

@@ -16,7 +16,6 @@ One concern a file: ``tasks`` (the registry), ``readers`` (TSV folders, Hub, CSV
 fine-tuning run and ``main``), ``submission`` (GLUE submission files), ``results`` (the GLUE table).
 """
 
-from ...training.layerwise_lr import layerwise_lr_param_groups, parameter_depth
 from .arguments import GLUE_DEFAULTS, DataTrainingArguments, ModelArguments, parse_args
 from .readers import infer_task_from_columns, load_glue_files, load_glue_folder, load_glue_hub, read_glue_tsv
 from .results import collect_results, glue_table, task_score
@@ -37,12 +36,10 @@ __all__ = [
     "get_task",
     "glue_table",
     "infer_task_from_columns",
-    "layerwise_lr_param_groups",
     "load_glue_files",
     "load_glue_folder",
     "load_glue_hub",
     "main",
-    "parameter_depth",
     "parse_args",
     "read_glue_tsv",
     "run_task",
