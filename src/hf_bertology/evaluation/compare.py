@@ -3,20 +3,12 @@
     bertology compare --recipes electra-mini,bert-mini,roberta-mini --train_file corpus/ --budget_minutes 15 \\
         --glue_tasks sst2,cola,stsb --glue_data_dir glue_data --output_dir runs/compare
 
-Every recipe is pretrained on the same corpus with the same tokenizer settings (vocabulary size, sequence length,
-seed) for the same budget: training FLOPs counted from the real tokens of each batch (``--budget_flops``; the count
-is defined in :mod:`hf_bertology.training.budget`) or wall minutes (``--budget_minutes``). The learning-rate schedule
-follows the budget (warmup over its first 6%, linear decay to 0 at its end) so no recipe is stopped mid-schedule.
-Each pretrained model, and a random-init baseline (the ``--baseline`` recipe's architecture and tokenizer, default
-the first recipe, without pretraining), is then fine-tuned on the GLUE tasks with the same settings and seed
-(:func:`hf_bertology.evaluation.glue.main`).
-
-Output in ``--output_dir``: ``report.md`` (recipe × task table, GLUE average, FLOPs, tokens, wall time, final
-pretraining losses), ``results.json``, ``loss_vs_flops.png`` and ``glue_vs_flops.png``; the pretrained models in
-``pretrain/<recipe>/`` and the fine-tuning runs in ``glue/<model>/<task>/``. Finished work is detected from its
-results file (``pretrain/<recipe>/compare_pretrain.json``, ``glue/<model>/<task>/compare_finetune.json``) and not run
-again, so an interrupted comparison resumes where it stopped. A recipe interrupted mid-budget resumes from its
-newest complete checkpoint (every ``--checkpoint_steps``), with the budget already spent carried in the checkpoint.
+Every recipe is pretrained (`training.pretrain.main`) on the same corpus, tokenizer settings and seed for the same
+budget (`--budget_flops`, counted by `training.budget`, or `--budget_minutes`), with a schedule that follows the
+budget; each model and a random-init baseline is then fine-tuned on the GLUE tasks with the same settings
+(`evaluation.glue.run.main`), and `report.md`, `results.json` and two plots are written (`compare_report`).
+Finished work is found from its results file and not run again; a recipe stopped mid-budget resumes from its newest
+complete checkpoint. Settings, output and what it measured: docs/compare.md.
 """
 
 from __future__ import annotations
