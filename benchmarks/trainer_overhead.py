@@ -27,7 +27,11 @@ from pathlib import Path
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments, get_linear_schedule_with_warmup
 
-from hf_bertology.training import pretrain
+from hf_bertology.training.arguments import parse_args, training_arguments
+from hf_bertology.training.batches import configure_batches
+from hf_bertology.training.corpora import build_datasets, load_corpora
+from hf_bertology.training.run_recipe import build_model, build_recipe, build_tokenizer, settle_recipe
+from hf_bertology.training.run_trainer import build_trainer
 
 TINY = "num_hidden_layers=2,hidden_size=64,num_attention_heads=2,intermediate_size=256"
 DEFAULT_TEXT = Path(__file__).resolve().parents[2] / "shared" / "data" / "wikitext-2-raw" / "wiki.valid.raw"
@@ -64,17 +68,17 @@ def build(args, output_dir: str):
         "--max_train_samples", str(args.batch * (args.steps + 2)), "--overwrite_output_dir", "true",
         *args.extra,
     ]  # fmt: skip
-    model_args, data_args, training_args, explicit = pretrain.parse_args(argv)
-    recipe = pretrain.build_recipe(model_args)
-    training_args = pretrain.training_arguments(training_args, recipe, explicit, data_args.streaming)
-    corpus, eval_corpus = pretrain.load_corpora(data_args, training_args)
-    tokenizer = pretrain.build_tokenizer(model_args, recipe, corpus, training_args, None)
-    recipe = pretrain.settle_recipe(recipe, tokenizer, data_args, model_args)
+    model_args, data_args, training_args, explicit = parse_args(argv)
+    recipe = build_recipe(model_args)
+    training_args = training_arguments(training_args, recipe, explicit, data_args.streaming)
+    corpus, eval_corpus = load_corpora(data_args, training_args)
+    tokenizer = build_tokenizer(model_args, recipe, corpus, training_args, None)
+    recipe = settle_recipe(recipe, tokenizer, data_args, model_args)
     collator = recipe.build_collator(tokenizer)
-    model = pretrain.build_model(recipe, model_args)
-    model, collator = pretrain.configure_batches(recipe, model, collator, model_args, data_args)
-    train, _ = pretrain.build_datasets(corpus, eval_corpus, tokenizer, recipe, data_args, training_args)
-    trainer, _ = pretrain.build_trainer(recipe, model, tokenizer, collator, train, None, training_args)
+    model = build_model(recipe, model_args)
+    model, collator = configure_batches(recipe, model, collator, model_args, data_args)
+    train, _ = build_datasets(corpus, eval_corpus, tokenizer, recipe, data_args, training_args)
+    trainer, _ = build_trainer(recipe, model, tokenizer, collator, train, None, training_args)
     if getattr(data_args, "fixed_shape_batches", False):  # (absent before issue 28: compare with older code)
         from hf_bertology.training.fixed_shape import use_fixed_shape
 

@@ -167,7 +167,8 @@ def _argv(corpus, glue_dir, out, budget: str = "2e8") -> list[str]:
 
 
 def test_compare_end_to_end_and_resume(compare_inputs, tmp_path, monkeypatch):
-    from hf_bertology.evaluation import compare, glue
+    from hf_bertology.evaluation import compare
+    from hf_bertology.evaluation.glue import run as glue_run
     from hf_bertology.training import pretrain
 
     corpus, glue_dir = compare_inputs
@@ -221,9 +222,9 @@ def test_compare_end_to_end_and_resume(compare_inputs, tmp_path, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("finished work was run again")
 
-    real_glue_main = glue.main
+    real_glue_main = glue_run.main
     monkeypatch.setattr(pretrain, "main", refuse)
-    monkeypatch.setattr(glue, "main", refuse)
+    monkeypatch.setattr(glue_run, "main", refuse)
     (out / "report.md").unlink()
     again = compare.main(_argv(corpus, glue_dir, out))
     assert (out / "report.md").read_text() == report
@@ -241,7 +242,7 @@ def test_compare_end_to_end_and_resume(compare_inputs, tmp_path, monkeypatch):
     (task_dir / "compare_finetune.json").unlink()
     (task_dir / "all_results.json").write_text(json.dumps({"train_loss": 0.7}))
     ran = []
-    monkeypatch.setattr(glue, "main", lambda argv: ran.append(argv) or real_glue_main(argv))
+    monkeypatch.setattr(glue_run, "main", lambda argv: ran.append(argv) or real_glue_main(argv))
     resumed = compare.main(_argv(corpus, glue_dir, out))
     assert len(ran) == 1 and ran[0][ran[0].index("--output_dir") + 1] == str(task_dir)
     assert "eval_accuracy" in resumed["models"]["roberta-tiny"]["glue"]["sst2"]

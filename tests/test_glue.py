@@ -15,16 +15,14 @@ from hf_bertology.evaluation.glue import (
     GLUE_TASKS,
     get_task,
     glue_table,
-    layerwise_lr_param_groups,
     load_glue_files,
     load_glue_folder,
     main,
-    parameter_depth,
     parse_args,
     read_glue_tsv,
     task_score,
 )
-from hf_bertology.training.layerwise_lr import layerwise_lr_optimizer
+from hf_bertology.training.layerwise_lr import layerwise_lr_optimizer, layerwise_lr_param_groups, parameter_depth
 from hf_bertology.utils import BertologyError
 
 GLUE_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "glue"

@@ -18,6 +18,7 @@ from hf_bertology.models.replaced_token_detection import binary_auc
 from hf_bertology.recipes import VARIANTS, get_recipe
 from hf_bertology.testing import HostSyncs
 from hf_bertology.training import pretrain
+from hf_bertology.training.arguments import PRETRAIN_DEFAULTS, device_defaults
 from hf_bertology.training.attention import PACKED_ATTENTION, set_attention
 from hf_bertology.training.trainer import BertologyTrainer
 from platform_support import no_dropout
@@ -196,7 +197,7 @@ def test_gpu_defaults_copy_batches_without_blocking(monkeypatch, corpus_file, tm
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
-    defaults = pretrain.device_defaults(set())
+    defaults = device_defaults(set())
     assert defaults == {
         "tf32": True,
         "optim": "adamw_torch_fused",
@@ -204,14 +205,14 @@ def test_gpu_defaults_copy_batches_without_blocking(monkeypatch, corpus_file, tm
         "dataloader_num_workers": 4,
         "bf16": True,
     }
-    assert "dataloader_num_workers" not in pretrain.device_defaults(set(), streaming=True)
+    assert "dataloader_num_workers" not in device_defaults(set(), streaming=True)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    assert pretrain.device_defaults(set())["dataloader_num_workers"] == 1
-    assert pretrain.device_defaults({"use_cpu"}) == {"dataloader_pin_memory": False}  # nothing to pin for
-    assert pretrain.PRETRAIN_DEFAULTS["logging_nan_inf_filter"] is False  # its isnan test syncs every micro-batch
+    assert device_defaults(set())["dataloader_num_workers"] == 1
+    assert device_defaults({"use_cpu"}) == {"dataloader_pin_memory": False}  # nothing to pin for
+    assert PRETRAIN_DEFAULTS["logging_nan_inf_filter"] is False  # its isnan test syncs every micro-batch
     monkeypatch.undo()
     if not torch.accelerator.is_available():  # this CPU machine: no pinning, so no "no accelerator" warning
-        assert pretrain.device_defaults(set()) == {"dataloader_pin_memory": False}
+        assert device_defaults(set()) == {"dataloader_pin_memory": False}
     _, metrics, trainer = _train(
         corpus_file, tmp_path, "bert-tiny", 2, "--accelerator_config", '{"non_blocking": true}'
     )

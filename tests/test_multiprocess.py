@@ -18,6 +18,7 @@ import pytest
 
 import hf_bertology as hb
 from hf_bertology.training import pretrain
+from hf_bertology.training.arguments import has_accelerator, launcher_defaults
 from platform_support import PYTHON, REPO, subprocess_env, tiny_recipes, write_corpus
 
 TOLERANCE = 1e-5
@@ -161,13 +162,13 @@ def test_readme_accelerate_command_is_one_job(tmp_path):
 
 
 def test_launcher_on_cpu_defaults_to_one_gloo_job(monkeypatch):
-    gloo = {} if pretrain.has_accelerator() else {"use_cpu": True, "ddp_backend": "gloo"}
+    gloo = {} if has_accelerator() else {"use_cpu": True, "ddp_backend": "gloo"}
     monkeypatch.setenv("WORLD_SIZE", "2")
-    assert pretrain.launcher_defaults(set()) == gloo
-    assert pretrain.launcher_defaults({"ddp_backend"}) == {k: v for k, v in gloo.items() if k == "use_cpu"}
-    assert pretrain.launcher_defaults({"use_cpu"}) == {}  # the user's `--use_cpu true|false` decides alone
+    assert launcher_defaults(set()) == gloo
+    assert launcher_defaults({"ddp_backend"}) == {k: v for k, v in gloo.items() if k == "use_cpu"}
+    assert launcher_defaults({"use_cpu"}) == {}  # the user's `--use_cpu true|false` decides alone
     monkeypatch.setenv("WORLD_SIZE", "1")
-    assert pretrain.launcher_defaults(set()) == {}
+    assert launcher_defaults(set()) == {}
 
 
 def test_launcher_with_one_process_a_rank_stops_before_training(tmp_path, monkeypatch, capsys):
@@ -176,7 +177,7 @@ def test_launcher_with_one_process_a_rank_stops_before_training(tmp_path, monkey
 
     corpus = write_corpus(tmp_path / "corpus.txt", n_docs=5)
     monkeypatch.setenv("WORLD_SIZE", "2")
-    if pretrain.has_accelerator():
+    if has_accelerator():
         pytest.skip("a GPU machine runs the launcher's job on its GPUs")
     argv = ["pretrain", "--recipe", "bert-tiny", "--train_file", str(corpus), "--output_dir", str(tmp_path / "o"),
             "--use_cpu", "false"]  # fmt: skip
@@ -221,7 +222,7 @@ def test_the_fsdp_example_runs_as_written(tmp_path):
     launcher = [PYTHON, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port())]
     launcher += ["--config_file", str(REPO / "examples" / "accelerate_fsdp.yaml")]
     done, _ = run_example(launcher, tmp_path)
-    if not pretrain.has_accelerator():
+    if not has_accelerator():
         assert done.stderr.count("FSDP was asked for, but accelerate shards models only on GPUs") == 2
 
 

@@ -7,7 +7,8 @@ import torch
 from transformers import BertModel, RobertaModel, TrainingArguments
 
 import hf_bertology as hb
-from hf_bertology.training.pretrain import apply_defaults, explicit_keys, parse_overrides
+from hf_bertology.recipes.base import parse_overrides
+from hf_bertology.training.arguments import apply_defaults, explicit_keys
 
 
 def test_registry_lists_every_size_of_each_variant():

@@ -21,8 +21,7 @@ from safetensors.torch import load_file
 
 import hf_bertology as hb
 from hf_bertology import cli
-from hf_bertology.training.checkpoints import mark_complete
-from hf_bertology.training.trainer import COMPLETE_MARKER, last_complete_checkpoint, list_checkpoints
+from hf_bertology.training.checkpoints import MARKER, last_complete_checkpoint, list_checkpoints, mark_complete
 from platform_support import PYTHON, REPO, pretrain_argv, subprocess_env, tiny_recipes, write_corpus
 
 MAX_STEPS, SAVE_STEPS = 40, 5
@@ -54,7 +53,7 @@ def kill_after_checkpoint(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    marker = output_dir / f"checkpoint-{step}" / COMPLETE_MARKER
+    marker = output_dir / f"checkpoint-{step}" / MARKER
     deadline = time.monotonic() + timeout
     try:
         while not marker.exists() and child.poll() is None and time.monotonic() < deadline:
@@ -76,7 +75,7 @@ def fake_partial_checkpoint(source: Path, target: Path) -> None:
         shutil.copy(source / name, target / name)
     weights = (target / "model.safetensors").read_bytes()
     (target / "model.safetensors").write_bytes(weights[: len(weights) // 2])
-    for name in (COMPLETE_MARKER, "trainer_state.json", "optimizer.pt", "rng_state.pth"):
+    for name in (MARKER, "trainer_state.json", "optimizer.pt", "rng_state.pth"):
         (target / name).unlink(missing_ok=True)
 
 

@@ -106,7 +106,8 @@ def test_two_processes_stream_any_corpus(tmp_path):
 def test_stream_ids_are_distinct_across_processes_that_count_their_own_shares():
     """Two processes reading their own shares of a stream both count positions from 0 (`scale_out`): the example
     ids that key the masks must still differ, else example k of each process is masked alike."""
-    from hf_bertology.training.trainer import EXAMPLE_ID, stream_position
+    from hf_bertology.collators.base import EXAMPLE_ID
+    from hf_bertology.training.trainer import stream_position
 
     ids = [stream_position({}, index, rank, 2)[EXAMPLE_ID] for rank in (0, 1) for index in range(50)]
     assert len(set(ids)) == len(ids)

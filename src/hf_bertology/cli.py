@@ -17,7 +17,7 @@ from .utils import run_command
 # sub-command -> (module, one-line help); modules are imported only when their command runs.
 COMMANDS: dict[str, tuple[str, str]] = {
     "pretrain": ("hf_bertology.training.pretrain", "pretrain a recipe on a corpus and write a Hub-format folder"),
-    "glue": ("hf_bertology.evaluation.glue", "fine-tune a checkpoint on a GLUE task and report its dev metric"),
+    "glue": ("hf_bertology.evaluation.glue.run", "fine-tune a checkpoint on a GLUE task and report its dev metric"),
     "export": ("hf_bertology.export", "write a vanilla transformers folder (e.g. an ELECTRA discriminator/generator)"),
     "compare": ("hf_bertology.evaluation.compare", "pretrain recipes at equal compute, fine-tune on GLUE, report"),
     "push": ("hf_bertology.hub", "push a Hub-format folder (weights, tokenizer, code, card) to the Hugging Face Hub"),

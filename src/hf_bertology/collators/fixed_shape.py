@@ -1,37 +1,14 @@
 """Fixed-shape token-budget batches: every training step has the same tensor shapes.
 
-Padding-free batches (`collators.flatten`) remove padding, but every batch then has its own token count, number of
-examples and number of labelled tokens, so a compiled step runs with dynamic shapes and cannot be captured as a CUDA
-graph (whose launches are what caps small models on a GPU: issue 28). Here a step is a fixed **token budget** instead
-of a fixed number of examples:
-
-- `rows` bins of `row_length` token slots each (`T = rows * row_length`), filled with whole examples by best-fit
-  decreasing packing (`best_fit`); `TokenBudgetBatchSampler` picks the examples of each step from a look-ahead
-  pool of the shuffled order, so that the bins come out (almost) full, and lists them row by row; the collator
-  keeps that order (`next_fit`), so the flat row holds the padded batch's examples in the padded batch's order.
-- The step is one `(1, T)` row, laid out as `flatten_batch` lays it out (the same keys, the same varlen attention
-  keywords): examples end to end inside their bin, position ids restarting in every example. The empty tail of
-  each bin is cut into "filler" segments of at most `max_length` tokens (attention stays inside each), and the
-  number of segments is padded to `max_sequences` with zero-length segments at the start, so `cu_seq_lens_q` is
-  always `(max_sequences + 1,)` and `max_length_q` is always `max_length`.
-- Labels are -100 on the filler slots; per-example keys (`next_sentence_label`, `sentence_order_label`) get one
-  entry per segment, -100 for filler and empty segments (cross-entropy ignores them); `attention_mask` is 1 on real
-  tokens and 0 on fillers, so the Trainer's counts (real tokens, labelled tokens, examples) are those of the padded
-  batch and the losses, which divide by those counts, are unchanged.
-- The prediction targets (`target_positions`, `sbo_target_positions`) are padded to `max_targets` with the index of
-  the last slot, which is always a filler (the sampler never fills it): a padded target has label -100, so it adds
-  nothing to a loss, its gradient is zero, and its accuracy counts divide by the real targets.
-
-The masking is the wrapped collator's, on the padded batch of the same examples (the same draws), as in
-`PaddingFreeCollator`. What changes from step to step is only the values, never a shape: `torch.compile(...,
-dynamic=False, fullgraph=True)` compiles once, and on CUDA the step can be replayed as a CUDA graph.
-
-**How the budget is chosen** (`TokenBudget.for_lengths`): `row_length` is a multiple of the longest example
-(`max_seq_length`); `rows * row_length` is the padded batch's slot count `batch_size * max_seq_length` scaled by the
-mean example length over the longest (so a step holds about `batch_size` examples, and the optimizer recipe's
-examples per step stay what the paper says), rounded up to whole rows; `max_sequences` allows twice the mean number
-of examples per step plus the fillers; `max_targets` is the expected labelled share of the budget with a 6-sigma
-binomial margin. A step that would overflow `max_targets` grows it (one recompilation, logged), never drops a target.
+A step is a token budget (`TokenBudget`: `rows` bins of `row_length` slots, one `(1, T)` row laid out as
+`flatten_batch` lays a padding-free batch out) instead of a number of examples, so a compiled step never recompiles
+and can be replayed as a CUDA graph. `TokenBudgetBatchSampler` fills the bins with whole examples by best-fit
+decreasing packing (`best_fit`) over a look-ahead pool of the shuffled order; `FixedShapeCollator` masks the padded
+batch of those examples as the wrapped collator does (the same draws), keeps the sampler's order (`next_fit`) and
+pads every varying count to a fixed one: filler segments at the end of each bin, empty segments up to
+`max_sequences`, target positions up to `max_targets` with the last slot (always a filler, label -100). The
+Trainer's counts, the losses and the gradients stay those of the padded batch. How the budget is chosen, the
+padding waste and when the flag pays: docs/speed.md ("Fixed-shape token-budget steps").
 """
 
 from __future__ import annotations

@@ -1,35 +1,14 @@
 """Padding-free batches: every example of a padded batch laid end to end in one row of real tokens.
 
-A padded batch spends compute on padding: measured on 20 batches of 32×128 from the Wikipedia corpus, tokens
-computed / real tokens is 1.20 for RoBERTa's FULL-SENTENCES blocks (they end at a sentence boundary), 1.19 for
-SpanBERT, 1.11 BERT, 1.04 ALBERT, 1.03 ELECTRA. `flatten_batch` removes it the way MosaicBERT, ModernBERT and
-transformers' own `DataCollatorWithFlattening` do: the `(B, L)` batch becomes one `(1, T)` row of its T real tokens
-with `position_ids` restarting at 0 in every example and the example boundaries as `cu_seq_lens_q/k` (cumulative
-lengths, `(B+1,)` int32) and `max_length_q/k` — the keyword arguments transformers' attention functions take for
-variable-length attention (`flash_attention_2`, and our `sdpa_packed`, see `hf_bertology.training.attention`),
-which keep attention inside each example. Every linear layer, layer norm and head then runs on real tokens only.
-
-What else changes, so that every head reads its own example:
-- per-token keys (`input_ids`, `labels`, `token_type_ids`, `sbo_labels`, ...) are flattened the same way;
-- keys holding positions inside a row (`sbo_boundaries`) are shifted by their example's offset in the flat row;
-- per-example keys (`next_sentence_label`, `sentence_order_label`) stay `(B,)`: the model reads each example's
-  first token at `cu_seq_lens_q[:-1]` for NSP/SOP;
-- `attention_mask` becomes `(1, T)` ones, so the Trainer's token counts (`num_items_in_batch`,
-  `num_input_tokens_seen`) are those of the padded batch.
-
-**Packed documents.** Rows that hold several documents (`data.packing.pack_documents`, ModernBERT) carry
-`document_starts`; the units of the flat row are then the documents, not the rows: `cu_seq_lens_q/k`,
-`position_ids` and `packed_slots` are per document, so attention and RoPE positions restart at every document (as
-ModernBERT's official unpadded packing, cu_seqlens per document).
-
-Flattening is a cheap wrapper around the padded collators rather than a second code path in each of them: the
-masking statistics are exactly those of the padded batch (the same draws), which the tests check.
-
-**Target positions.** Both wrappers here (`PaddingFreeCollator`, and `TargetPositionsCollator` for padded batches) also
-add the flat indices of the labelled tokens (`target_positions` for `labels`, `sbo_target_positions` for
-`sbo_labels`; `(M,)` int64 into `labels.flatten()`). They are computed on the host, in the DataLoader, where they
-cost nothing; the models' sparse heads gather those tokens with `index_select`. Without them a head selects with a
-boolean index (`hidden[labels != -100]`), whose output size the host must read from the device: a sync every step.
+`flatten_batch` turns a padded `(B, L)` batch into one `(1, T)` row of its T real tokens: `position_ids` restart in
+every example (every document, for rows of packed documents that carry `document_starts`), the boundaries go into
+`cu_seq_lens_q/k` and `max_length_q/k` (the keywords of transformers' variable-length attention, which keeps
+attention inside each unit: `training.attention`), positions inside a row (`sbo_boundaries`) are shifted by their
+example's offset, per-example keys (`next_sentence_label`) stay `(B,)` and `attention_mask` becomes ones, so the
+Trainer's counts are the padded batch's. `PaddingFreeCollator` wraps a padded collator (the same draws) and
+flattens; it and `TargetPositionsCollator` (padded batches) add `target_positions` and `sbo_target_positions`, the
+flat indices of the labelled tokens, computed on the host so that no sparse head syncs with the device. Why, and
+what it saves: docs/speed.md ("Padding-free batches") and docs/ARCHITECTURE.md ("No host sync in a training step").
 """
 
 from __future__ import annotations

@@ -1,30 +1,17 @@
 """Permutation language modelling for XLNet: span targets, factorisation order, `perm_mask`, `target_mapping`.
 
 Follows zihangdai/xlnet `data_utils.py` (`_sample_mask`, `_local_perm`) and the parser in `create_tfrecords`, not
-transformers' `DataCollatorForPermutationLanguageModeling`, which needs even lengths, writes `<mask>` into the
-content stream (so later targets cannot use the content of earlier ones), lets every position attend to padding,
-makes every position a query (`target_mapping = eye`) and puts `<sep>`/`<cls>` outside the order
-(docs/recipes/xlnet.md).
+transformers' `DataCollatorForPermutationLanguageModeling` (docs/recipes/xlnet.md says how that one differs).
+Per sequence, vectorised over the batch (no Python loop over positions):
 
-Per sequence (vectorised over the batch; no Python loop over positions):
+1. **Targets** (`_sample_mask`): spans of n whole words, p(n) ∝ 1/n, one in each context of `n * alpha / beta`
+   words; exactly `min(num_predict, max(1, round(num_real_tokens * beta / alpha)))` targets, topped up with words.
+2. **Order** (`_local_perm`): a random rank for the targets and `<sep>`/`<cls>`, in blocks of `perm_size`; the first
+   `reuse_len` real tokens come before the rest and never attend to it.
+3. **Masks**: `perm_mask[b, i, j] = 1` when i may NOT attend to j; padding is never attended and never a target.
 
-1. **Targets** (`_sample_mask`): the words are cut into consecutive contexts of `n * alpha / beta` words with
-   n ~ p(n) ∝ 1/n, n ≤ `max_span_length`; each context holds one span of n whole words at a uniform offset. So
-   about beta/alpha = 1/6 of the words are targets. The count is then made exact, as the official code does with
-   `num_predict`: `min(num_predict, max(1, round(num_real_tokens * beta / alpha)))` (85 of 512) — spans are kept in
-   a random order while they fit and the rest is topped up with random whole words.
-2. **Order** (`_local_perm`): targets and the functional tokens `<sep>`/`<cls>` get a random rank, in blocks of
-   `perm_size` positions; the first `reuse_len` real tokens (the part whose hidden states become the next segment's
-   memory) all come before the rest and never attend to it, so the memory carries nothing about the next segment.
-3. **Masks**: `perm_mask[b, i, j] = 1` means i may NOT attend to j (`transformers.XLNetModel`). A target sees the
-   context tokens and the targets/functional tokens before it, never itself or later ones; a functional token also
-   sees itself; a context (non-target, non-functional) token sees context tokens only (and all of the reuse part
-   when it lies after it); padding is never attended and never a target.
-
-`input_ids` keep the real tokens (the content stream; the query stream starts from `mask_emb`), `target_mapping`
-has one one-hot row per target in position order (zero rows up to `num_predict`), `labels` the target tokens in the
-same rows (-100 in padded rows, so the labels are contiguous). Any length works, odd ones included; batches are
-left-padded, as the XLNet tokenizer pads.
+`input_ids` keep the real tokens; `target_mapping` has one one-hot row per target, `labels` the targets in the same
+rows (-100 in padded rows). Any length works; batches are left-padded. The rules in full: docs/recipes/xlnet.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,15 @@
 """Span masking over whole words: SpanBERT's geometric spans and ALBERT's n-grams.
 
-Two official procedures, vectorised over the batch and over many anchors per row at once (each round solves the
-official one-anchor-at-a-time rule as a fixed point, so the masks are exactly the sequential loop's):
+`DataCollatorForSpanMasking` runs two official procedures, vectorised over the batch and over many anchors per row
+(`span_rounds.SpanRounds`: each round solves the official one-anchor-at-a-time rule as a fixed point, so the masks
+are exactly the sequential loop's):
 
-- `scheme="spanbert"` follows facebookresearch/SpanBERT `pretraining/fairseq/data/masking.py:
-  PairWithSpanMaskingScheme.mask` and `span_masking`: budget `ceil(rate * maskable tokens)`; repeat: draw a length
-  in words, an anchor token uniform over the tokens not yet masked, expand it back to its word start and take that
-  many whole words forward, adding tokens until the budget is met (so the last span may stop inside a word);
-  overlapping or abutting spans merge (`merge_intervals`). Drawing the anchor among the unmasked tokens is the same
-  distribution as the official draw-and-reject loop.
-- `scheme="albert"` follows google-research/albert `create_pretraining_data.py: create_masked_lm_predictions`
-  (`do_whole_word_mask=True`, `ngram=3`): budget `min(max_predictions, max(1, round(rate * tokens)))`, tokens
-  counting the special ones; word starts are visited in a random order; each draws `n`; an n-gram that would
-  overflow the budget is shortened, else skipped; one that touches an already chosen token is skipped. Anchors that
-  could only be skipped (start covered, or a first word longer than what is left) are left out of the draw, which
-  keeps the order of the others uniform, so the outcome has the official distribution without its O(words) loop.
+- `scheme="spanbert"`: facebookresearch/SpanBERT `pretraining/fairseq/data/masking.py` (`span_masking`);
+- `scheme="albert"`: google-research/albert `create_pretraining_data.py: create_masked_lm_predictions`.
 
-Span lengths come from `span_length_distribution`: `"geometric"` (SpanBERT: p(l) ∝ p(1-p)^(l-1) on lower..upper,
-renormalised, not clipped) or `"ngram"` (ALBERT and XLNet: p(n) ∝ 1/n). Replacement is decided once per merged span
-(`replacement_level="span"`, SpanBERT's `--replacement-method span`) or per token (`"token"`, BERT/ALBERT).
+Span lengths come from `span_length_distribution` (`"geometric"`: SpanBERT's, renormalised on lower..upper;
+`"ngram"`: p(n) ∝ 1/n, ALBERT and XLNet); replacement is decided per merged span (`replacement_level="span"`) or per
+token. The official rules, step by step: docs/recipes/spanbert.md and docs/recipes/albert.md.
 """
 
 from __future__ import annotations

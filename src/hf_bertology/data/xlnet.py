@@ -1,18 +1,12 @@
 """XLNet's examples: `[reuse part] A <sep> B <sep> <cls>` cut from a continuous token stream.
 
 Follows zihangdai/xlnet `data_utils.py: create_tfrecords` (docs/recipes/xlnet.md). The documents of each `map` batch
-(1,000 documents) are concatenated into one stream, with `<eod>` after every document when the tokenizer has one
-(`use_eod`). Example k starts at `k * reuse_len`: its first `reuse_len` tokens (the reuse part) are the stream's
-continuation of example k-1's reuse part, so the hidden states that the model caches from them (`cache_mem`) are
-exactly the memory that example k+1 needs; then come `max_seq_length - reuse_len - 3` further tokens cut at a random
-sentence end into A and B, and the specials. Segment ids are 0 for the reuse part, A and its `<sep>`; 1 for B and
-its `<sep>`; 2 for `<cls>` (the XLNet tokenizer's layout too).
-
-B is always the continuation of A. The official code draws B from a random place half of the time and stores an
-`is_next` label that no loss uses (XLNet dropped next-sentence prediction); a random B only adds noise to the text
-the permutation objective sees, so we leave it out. `stream_position` numbers the examples in stream order, so the
-XLNet trainer can restore that order after any shuffle (e.g. the held-out split) before cutting the data into
-per-slot streams. A stream shorter than one example still yields one short example (small test corpora).
+(1,000 documents) are one stream, with `<eod>` after every document when the tokenizer has one. Example k starts at
+`k * reuse_len`, so its reuse part continues example k-1's and the hidden states the model caches from it
+(`cache_mem`) are the memory example k+1 needs; the rest is cut at a random sentence end into A and B. Segment ids:
+0 for the reuse part, A and its `<sep>`; 1 for B and its `<sep>`; 2 for `<cls>`. B always continues A (the official
+random B fed only a label no loss reads). `stream_position` numbers the examples in stream order, which the XLNet
+Trainer restores after any shuffle. A stream shorter than one example still yields one short example.
 """
 
 from __future__ import annotations

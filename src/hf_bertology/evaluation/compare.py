@@ -3,20 +3,12 @@
     bertology compare --recipes electra-mini,bert-mini,roberta-mini --train_file corpus/ --budget_minutes 15 \\
         --glue_tasks sst2,cola,stsb --glue_data_dir glue_data --output_dir runs/compare
 
-Every recipe is pretrained on the same corpus with the same tokenizer settings (vocabulary size, sequence length,
-seed) for the same budget: training FLOPs counted from the real tokens of each batch (``--budget_flops``; the count
-is defined in :mod:`hf_bertology.training.budget`) or wall minutes (``--budget_minutes``). The learning-rate schedule
-follows the budget (warmup over its first 6%, linear decay to 0 at its end) so no recipe is stopped mid-schedule.
-Each pretrained model, and a random-init baseline (the ``--baseline`` recipe's architecture and tokenizer, default
-the first recipe, without pretraining), is then fine-tuned on the GLUE tasks with the same settings and seed
-(:func:`hf_bertology.evaluation.glue.main`).
-
-Output in ``--output_dir``: ``report.md`` (recipe × task table, GLUE average, FLOPs, tokens, wall time, final
-pretraining losses), ``results.json``, ``loss_vs_flops.png`` and ``glue_vs_flops.png``; the pretrained models in
-``pretrain/<recipe>/`` and the fine-tuning runs in ``glue/<model>/<task>/``. Finished work is detected from its
-results file (``pretrain/<recipe>/compare_pretrain.json``, ``glue/<model>/<task>/compare_finetune.json``) and not run
-again, so an interrupted comparison resumes where it stopped. A recipe interrupted mid-budget resumes from its
-newest complete checkpoint (every ``--checkpoint_steps``), with the budget already spent carried in the checkpoint.
+Every recipe is pretrained (`training.pretrain.main`) on the same corpus, tokenizer settings and seed for the same
+budget (`--budget_flops`, counted by `training.budget`, or `--budget_minutes`), with a schedule that follows the
+budget; each model and a random-init baseline is then fine-tuned on the GLUE tasks with the same settings
+(`evaluation.glue.run.main`), and `report.md`, `results.json` and two plots are written (`compare_report`).
+Finished work is found from its results file and not run again; a recipe stopped mid-budget resumes from its newest
+complete checkpoint. Settings, output and what it measured: docs/compare.md.
 """
 
 from __future__ import annotations
@@ -31,11 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from ..recipes import get_recipe
+from ..recipes.registry import get_recipe
 from ..training.input_checks import MIN_SEQ_LENGTH, SEED_LIMIT, check_counts, check_range
 from ..utils import BertologyError, argument_parser, logger, parse_arguments, run_command, set_verbosity
-from . import glue
 from .compare_report import BASELINE, make_plots, report_markdown
+from .glue import run as glue_run
+from .glue.results import task_score
+from .glue.tasks import GLUE_TASKS, get_task
 
 PRETRAIN_RESULTS = "compare_pretrain.json"
 PRETRAIN_STARTED = "compare_started.json"  # settings of a pretraining run that has not finished yet
@@ -165,12 +159,12 @@ def check_args(args: CompareArguments) -> tuple[list[str], list[str], str | None
     check_ranges(args)
     if not (args.train_file or args.dataset_name):
         raise BertologyError("give the pretraining corpus: --train_file FILE… or --dataset_name NAME")
-    tasks = [glue.get_task(name).name for name in _split(args.glue_tasks)]
+    tasks = [get_task(name).name for name in _split(args.glue_tasks)]
     if tasks:
         if not args.glue_data_dir:
             raise BertologyError("--glue_tasks needs --glue_data_dir (the GLUE root folder)")
         for name in tasks:
-            folder = Path(args.glue_data_dir) / glue.GLUE_TASKS[name].folder
+            folder = Path(args.glue_data_dir) / GLUE_TASKS[name].folder
             if not folder.is_dir():
                 raise BertologyError(f"GLUE task folder not found: {folder}")
     baseline = args.baseline or recipes[0]
@@ -249,7 +243,7 @@ def resume_checkpoint(args: CompareArguments, out: Path, vocab_size: int, max_se
 
     A run started with other settings is refused, like a finished one, rather than silently continued or lost.
     """
-    from ..training.trainer import last_complete_checkpoint
+    from ..training.checkpoints import last_complete_checkpoint
 
     if not out.is_dir() or last_complete_checkpoint(out) is None:
         return False
@@ -293,7 +287,7 @@ def make_baseline(args: CompareArguments, arch: str) -> Path:
 
     from ..export import joint_config, write_part_folders
     from ..hub import save_folder
-    from ..training.pretrain import checkpoint_variant
+    from ..training.run_recipe import checkpoint_variant
 
     out = Path(args.output_dir) / "pretrain" / BASELINE
     if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
@@ -325,7 +319,7 @@ def finetune(args: CompareArguments, model_dir: Path, model_name: str, task: str
     argv = [
         "--model_name_or_path", str(model_dir),
         "--task_name", task,
-        "--data_dir", str(Path(args.glue_data_dir) / glue.GLUE_TASKS[task].folder),
+        "--data_dir", str(Path(args.glue_data_dir) / GLUE_TASKS[task].folder),
         "--output_dir", str(out),
         "--num_train_epochs", str(args.glue_epochs),
         "--learning_rate", str(args.glue_learning_rate),
@@ -349,7 +343,7 @@ def finetune(args: CompareArguments, model_dir: Path, model_name: str, task: str
     if results.is_file() and settings.is_file():
         logger.info("skipping %s on %s: found %s", model_name, task, results)
         return json.loads(results.read_text())
-    glue.main(argv)
+    glue_run.main(argv)
     settings.write_text(json.dumps(argv, indent=2) + "\n")
     if not results.is_file():
         raise BertologyError(f"fine-tuning {model_name} on {task} wrote no {results}")
@@ -369,7 +363,7 @@ def finetuned_from(model_dir: Path) -> str:
 
 def summarise_glue(results: dict[str, dict[str, float]]) -> tuple[dict[str, float | None], float | None]:
     """Per-task GLUE scores (mean of a task's metrics) and their average (WNLI excluded, as glue_table does)."""
-    scores = {task: glue.task_score(task, res) for task, res in results.items()}
+    scores = {task: task_score(task, res) for task, res in results.items()}
     counted = [s for t, s in scores.items() if s is not None and t != "wnli"]
     return scores, (float(np.mean(counted)) if counted else None)
 

@@ -1,22 +1,16 @@
 """Count the operations that make the host wait for the device, on any machine (a CPU included).
 
-A GPU step is fast only while the host runs ahead of the device: it queues the next kernels while the current ones
-run. Every operation whose result the host must read stops that: `.item()`, `bool(tensor)`, a boolean index
-(`x[mask]` needs the number of `True`s to size its output), `nonzero`, `masked_select`, `unique`, `.tolist()`,
-`.numpy()`, `.cpu()`, a blocking copy between devices (`torch.tensor(n, device=cuda)` is one: `torch.full` makes the
-same tensor on the device). After such a *host sync* the device idles until the host has queued work again, and the
-Trainer's Python overhead, the data loading and the optimizer's launches all land on the critical path.
-
-On a CUDA device `torch.cuda.set_sync_debug_mode` reports syncs, but only there. `HostSyncs` finds the same
-operations at the dispatcher (`TorchDispatchMode`), so a CPU test can check that a training step has none:
+`.item()`, `bool(tensor)`, a boolean index, `nonzero`, `masked_select`, `unique`, `.tolist()`, `.numpy()`, `.cpu()`
+and blocking copies between devices stop a GPU step's host from running ahead (docs/speed.md, "No host sync in a
+training step"). `torch.cuda.set_sync_debug_mode` reports them on CUDA only; `HostSyncs` finds the same operations
+at the dispatcher (`TorchDispatchMode`), so a CPU test can check that a training step has none:
 
     with HostSyncs(ignore=("hf_bertology/collators/", "torch/utils/data/")) as syncs:
         trainer.train()
     syncs.count, syncs.by_site()      # {"modeling_bert.py:135 in forward: aten.index.Tensor[bool]": 8, ...}
 
-`ignore`: operations called from these source paths are not counted (a collator runs on the host, in the
-DataLoader, and its tensors are host tensors on a GPU machine too). Each sync is recorded with the innermost
-frame of our code or of `transformers`/`accelerate` that called it (not torch's internals).
+`ignore`: operations called from these source paths are not counted (a collator's tensors are host tensors on a GPU
+machine too). Each sync is recorded with the innermost frame of our code, `transformers` or `accelerate` calling it.
 """
 
 from __future__ import annotations

@@ -4,26 +4,10 @@
         env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_TOKEN": "hf_test", "HF_HUB_DISABLE_XET": "1"}
         subprocess.run([...], env=env)       # huggingface_hub reads HF_ENDPOINT when it is imported
 
-No package on PyPI ships a Hub server (ARCHITECTURE.md, "Hub"), so this is ours: standard library only
-(`http.server` in a thread), files stored under `root`, bound to 127.0.0.1. It serves the routes that
-`huggingface_hub` 2.x calls to create a repo, commit files and download them again (read from its `hf_api.py`,
-`_commit_api.py` and `file_download.py`):
-
-| route | client call |
-|---|---|
-| `GET  /api/whoami-v2` | `HfApi.whoami` |
-| `POST /api/repos/create` | `HfApi.create_repo` (409 when it exists: `exist_ok=True` accepts that) |
-| `POST /api/validate-yaml` | README.md metadata check before a commit |
-| `POST /api/models/{repo}/preupload/{rev}` | upload modes: always `"regular"` (no LFS, no Xet) |
-| `POST /api/models/{repo}/commit/{rev}` | the commit: NDJSON, a header line, then base64 files / deletions |
-| `GET  /api/models/{repo}[/revision/{rev}]` | `model_info` (sha, siblings) |
-| `GET  /api/models/{repo}/tree/{rev}[/{path}]` | `list_repo_tree` / `list_repo_files` |
-| `GET  /api/models/{repo}/refs` | `list_repo_refs` |
-| `HEAD/GET /{repo}/resolve/{rev}/{path}` | `hf_hub_download`: ETag, X-Repo-Commit, Content-Length, Range |
-
-Errors carry the `X-Error-Code` header (`RepoNotFound`, `RevisionNotFound`, `EntryNotFound`) that the client maps
-to its exception types. Writes need the server's token; private repositories need it for reads too. Only model
-repositories exist; one branch, `main`, whose commits are full snapshots {path: blob id}.
+Standard library only (`http.server` in a thread), files stored under `root`, bound to 127.0.0.1; it serves the
+routes `huggingface_hub` 2.x calls to create a repo, commit files and download them again, and answers errors with
+the `X-Error-Code` header the client maps to its exceptions. The routes, and why no package could do it:
+docs/hub.md ("A Hub server for tests").
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ import torch
 from transformers import TrainingArguments
 
 from ..hub import keep_token_out_of_files
-from ..recipes import Recipe, list_recipes
+from ..recipes.recipe import Recipe
+from ..recipes.registry import list_recipes
 from ..utils import (
     BertologyError,
     accelerator_defaults,

@@ -1,22 +1,12 @@
 """Attention for padding-free batches, plugged into transformers' own attention dispatch.
 
-A padding-free batch (`hf_bertology.collators.flatten`) is one row of T real tokens with the example boundaries in
-`cu_seq_lens_q`. transformers' BERT, RoBERTa, ALBERT and ELECTRA layers call the function that
-`config._attn_implementation` names in `AttentionInterface` and pass it every keyword argument of the model's
-forward, so a registered function sees `cu_seq_lens_q` / `max_length_q` without any modeling code copied:
-
-- `flash_attention_2` (when the `flash_attn` package is installed, CUDA): transformers' own varlen path;
-- `sdpa_packed` (registered here; any device): on CUDA in bf16/fp16, FlashAttention's variable-length kernel as
-  torch ships it (`aten._flash_attention_forward`: no padding anywhere, attention dropout included, which
-  `torch.nn.attention.varlen.varlen_attn` does not offer); otherwise (CPU, fp32) the MosaicBERT layout: the flat
-  q/k/v are scattered into `(B, max_len)` for one SDPA call with a key-padding mask and gathered back, so attention (a small share of the FLOPs at these lengths) sees padding and every matmul, layer
-  norm and head runs on real tokens only. Attention never crosses examples in either path. Batches without
-  `cu_seq_lens_q` get plain SDPA with transformers' mask, so one model serves padded and packed batches.
-
-`flex_attention` would need a block mask rebuilt every batch plus compilation to be fast; it is not used.
-XLNet and DeBERTa-v3 keep padded batches: their attention (two-stream relative, disentangled) is their own code, not
-an `AttentionInterface` call. ModernBERT's layers call it too and add `sliding_window` on their local layers, which
-both paths honour; its batches are documents (`cu_seq_lens_q` per document, not per row: `collators.flatten`).
+transformers' BERT, RoBERTa, ALBERT, ELECTRA and ModernBERT layers call the function `config._attn_implementation`
+names in `AttentionInterface` with every keyword of the model's forward, so a registered function reads the
+boundaries of a padding-free batch (`cu_seq_lens_q`, `max_length_q`; `collators.flatten`) with no modeling code
+copied. `sdpa_packed`, registered here: FlashAttention's variable-length kernel on CUDA in bf16/fp16, else one SDPA
+call on the examples re-padded (MosaicBERT's layout); plain SDPA for padded batches; ModernBERT's `sliding_window`
+in both. `configure_attention` picks the kernel and the batches of a run. Why, and what is measured: docs/speed.md
+("Padding-free batches") and docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations

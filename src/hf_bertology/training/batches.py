@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..recipes import Recipe
+from ..recipes.recipe import Recipe
 from ..utils import BertologyError
 from .arguments import DataArguments, ModelArguments
 from .attention import configure_attention

@@ -1,33 +1,10 @@
 """Training compute, counted from what the model really runs on real tokens, and a budget that stops training.
 
-**What is counted** (:class:`FlopCounter`). Training FLOPs = 3 × forward FLOPs (the backward pass of a matmul costs
-two matmuls of the same size: gradients of the input and of the weight), where the forward FLOPs of one micro-batch
-are
-
-    2 · Σ_matmuls rows · d_in · d_out                         (every weight matrix, each time it is applied)
-  + 4 · Σ_attention layers d_attn · Σ_i n_i²                  (QKᵀ and A·V: 2·d_attn FLOPs each per query-key pair)
-
-* ``rows`` is the number of vectors the matmul is applied to. A module applied to every position (encoder layers,
-  ELECTRA's generator and discriminator stacks and its per-token discriminator head) counts only the **real** tokens
-  (the batch's ``attention_mask`` sum), not padding; a sparse prediction head counts only the predicted positions;
-  a pooler or NSP/SOP head one row per sequence. This is measured with forward hooks, so the generator of ELECTRA,
-  ALBERT's shared layer applied L times and every head are included without any per-variant code.
-* ``n_i`` is the number of real tokens of sequence i (each real token attends to the real tokens of its sequence),
-  ``d_attn`` the width of the query projection (heads × head size) of each attention layer that runs.
-* Matmuls are those of ``nn.Linear`` modules and of any other module's own ≥2-dim parameters (XLNet's ``q/k/v/o/r``
-  einsum weights, applied once per row of the module's first input). Embedding look-ups, layer norms, activations,
-  softmax and the loss are not counted (they are O(d) per token, under 1% at these sizes); neither are XLNet's
-  relative-position score term and query-stream attention (its count is a slight underestimate).
-
-For a BERT encoder with L layers, hidden H, FFN F, this is the usual 6·N·tokens + 12·L·H·Σn² (PaLM, App. B) with
-N = L·(4H² + 2HF) the encoder's weight matrices, plus 6·(H² + H·V) per masked position for the sparse MLM head.
-
-**Budget** (:class:`ComputeBudgetCallback`): a `TrainerCallback` that counts the FLOPs above (or wall time since
-training started) after every optimizer step, evaluations left out of both, sets ``control.should_training_stop``
-once the budget is spent, and (optionally) makes the learning-rate schedule a function of the budget spent — linear
-warmup over the first ``warmup_fraction`` then linear decay to 0 at the budget — so every recipe gets a complete
-schedule whatever its step time. It also records the training curve (loss vs FLOPs, tokens, seconds) and shows a
-progress bar in budget units.
+`FlopCounter`: training FLOPs = 3 × forward FLOPs, the forward's measured with forward hooks: 2 · rows · d_in · d_out
+for every weight matrix each time it is applied (rows: the real tokens, the predicted positions or the sequences it
+runs on), plus 4 · d_attn · Σᵢ nᵢ² per attention layer. `ComputeBudgetCallback`: stops training once the FLOPs (or
+the wall time) are spent, optionally makes the learning-rate schedule a function of the budget spent, and records
+the training curve. What is counted and left out, and why: docs/compare.md ("How FLOPs are counted").
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """Run folders and checkpoints: what makes a checkpoint complete, which one `last` resumes, which ones rotate away,
 and who may write into an output folder. The one place that decides "is this checkpoint complete" (`verify`).
 
-The stock Trainer writes `checkpoint-N` file by file, rotates by modification time and trusts whatever it finds:
-a run killed mid-save, a second run writing into the same folder, a disk that filled up or a damaged file all leave
-folders it resumes from silently (issue 27). Here:
+- `mark_complete` writes `checkpoint_complete.json` (the step, the processes, every file's size and SHA-256) once
+  every process has written its files; `verify` says why a folder is not complete; `newest_complete` is `last`.
+- `rotate` deletes by step, never the newest complete checkpoint.
+- `RunLock` (an `fcntl` lock) keeps a second run out of a live run's folder; `check_shared_folder` has every process
+  of a job see one folder; `apply_umask` gives weights the user's file mode.
 
-- **A checkpoint proves itself.** Once every process has written its files, `mark_complete` writes
-  `checkpoint_complete.json`: the step, the number of processes, and the size and SHA-256 of every file in the folder
-  (atomically: written aside, fsynced, renamed). `verify` says why a folder is not complete (no marker, a file missing,
-  truncated, changed or added after marking); `newest_complete` is what `--resume_from_checkpoint last` uses, and it
-  names the folders it skipped. No marker, no checkpoint: there is no fallback that takes weights and a
-  `trainer_state.json` for a complete checkpoint (a first save cut off mid-write looked like one).
-- **Rotation by step** (`rotate`), never deleting the newest complete checkpoint (the stock rotation sorts by mtime,
-  and deleted the very checkpoint a run had resumed from).
-- **One run per folder** (`RunLock`): an `fcntl` lock on `OUTPUT_DIR/.bertology.lock`, which the kernel releases when
-  its process dies, so a stale lock is taken over (with a line naming the dead run) and a live one refuses the second
-  run in one line. `check_shared_folder`: every process of a multi-process job must see the same folder (node-local
-  output folders are refused; a multi-node job needs a shared filesystem).
-- Weights get the user's normal file mode (`apply_umask`: safetensors writes them 0600).
+Why the stock Trainer's checkpoints are not trusted, and what survives what: docs/reliability.md.
 """
 
 from __future__ import annotations

@@ -8,8 +8,10 @@ from pathlib import Path
 import datasets
 from transformers import TrainingArguments
 
-from ..data import build_pretraining_dataset, default_corpus, load_corpus, tokenize_corpus
-from ..recipes import Recipe
+from ..data import build_pretraining_dataset, default_corpus
+from ..data.corpus import load_corpus
+from ..data.tokenize import tokenize_corpus
+from ..recipes.recipe import Recipe
 from ..utils import BertologyError, logger
 from .arguments import DataArguments
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from transformers import TrainingArguments
 
-from ..recipes import SIZE_FIELDS, Recipe
+from ..recipes.backbones import SIZE_FIELDS
+from ..recipes.recipe import Recipe
 from ..utils import BertologyError, logger
 from .arguments import DataArguments
 from .checkpoints import check_checkpoint, finished_step, list_checkpoints, newest_complete

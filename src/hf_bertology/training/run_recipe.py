@@ -13,15 +13,10 @@ import torch
 from transformers import AutoTokenizer, TrainingArguments
 
 from ..export import joint_config, load_parts, part_layout
-from ..recipes import (
-    BACKBONES,
-    VARIANTS,
-    Recipe,
-    backbone_of_model_class,
-    check_override_keys,
-    get_recipe,
-    parse_overrides,
-)
+from ..recipes.backbones import BACKBONES, backbone_of_model_class
+from ..recipes.base import check_override_keys, parse_overrides
+from ..recipes.recipe import VARIANTS, Recipe
+from ..recipes.registry import get_recipe
 from ..utils import BertologyError, logger
 from .arguments import DataArguments, ModelArguments
 from .input_checks import check_config
@@ -90,36 +85,41 @@ def check_family(source: str, recipe: Recipe) -> None:
 
 
 def build_recipe(model_args: ModelArguments) -> Recipe:
-    """The recipe to train: a preset, optionally on top of a checkpoint or config of the same variant."""
-    overrides = parse_overrides(model_args.config_overrides)
+    """The recipe to train: a preset (`--recipe`), optionally on top of a checkpoint or config of the same family, or
+    the one a checkpoint of ours was trained with. The one place that reads `--config_overrides`: the recipe keeps
+    their keys (`Recipe.explicit`) for the steps after it."""
     source = model_args.model_name_or_path or model_args.config_name
-    if model_args.recipe:
-        recipe = get_recipe(model_args.recipe, backbone=model_args.backbone, **overrides)
-    elif source and checkpoint_variant(source) is not None:
-        if model_args.generator_name_or_path:
+    ours = None if model_args.recipe or not source else checkpoint_variant(source)
+    backbone = checkpoint_backbone(source) if ours is not None else None
+    if not model_args.recipe and ours is None:
+        if source and not Path(source).exists():
             raise BertologyError(
-                f"{source} is a checkpoint of ours, which holds its generator: leave out "
-                "--generator_name_or_path (it is for two released networks)"
+                f"{source}: no such folder (a model from the Hub needs --recipe to say what to train)"
             )
-        variant, backbone = checkpoint_variant(source), checkpoint_backbone(source)
-        config_class = BACKBONES[backbone].config_class if backbone else variant.config_class
+        raise BertologyError("give --recipe NAME (or --model_name_or_path of a checkpoint written by hf_bertology)")
+    if ours is not None and model_args.generator_name_or_path:
+        raise BertologyError(
+            f"{source} is a checkpoint of ours, which holds its generator: leave out "
+            "--generator_name_or_path (it is for two released networks)"
+        )
+    overrides = parse_overrides(model_args.config_overrides)
+    if ours is not None:
+        config_class = BACKBONES[backbone].config_class if backbone else ours.config_class
         config, unused = config_class.from_pretrained(source, return_unused_kwargs=True, **overrides)
         check_override_keys(source, unused, set(config.to_dict()))  # transformers sets only the keys it knows
         # the length it was pretrained at (saved by `settle_recipe`; a checkpoint from before that: the positions')
         length = getattr(config, "max_seq_length", None) or min(512, max_positions(config))
-        recipe = Recipe(source, variant.name, config, {}, config.vocab_size, length, backbone=backbone)
-        check_config(recipe.config, source)
-        return recipe
-    elif source and not Path(source).exists():
-        raise BertologyError(f"{source}: no such folder (a model from the Hub needs --recipe to say what to train)")
+        recipe = Recipe(
+            source, ours.name, config, {}, config.vocab_size, length, explicit=frozenset(overrides), backbone=backbone
+        )
     else:
-        raise BertologyError("give --recipe NAME (or --model_name_or_path of a checkpoint written by hf_bertology)")
-    if source:
-        check_family(source, recipe)
-        recipe.config = continued_config(recipe, source, overrides)
-    if model_args.generator_name_or_path:
-        fit_generator(recipe, model_args)
-    check_config(recipe.config, f"--recipe {recipe.name}")
+        recipe = get_recipe(model_args.recipe, backbone=model_args.backbone, **overrides)
+        if source:
+            check_family(source, recipe)
+            recipe.config = continued_config(recipe, source, overrides)
+        if model_args.generator_name_or_path:
+            fit_generator(recipe, model_args)
+    check_config(recipe.config, source if ours is not None else f"--recipe {recipe.name}")
     return recipe
 
 
@@ -275,17 +275,16 @@ def settle_recipe(recipe: Recipe, tokenizer, data_args: DataArguments, model_arg
     """The run's values, settled once: a new `Recipe` that every later step reads (`recipe` itself is not changed).
 
     - Vocabulary: a new model takes the tokenizer's size and special-token ids; a checkpoint must hold all its tokens.
-      A `vocab_size` in `--config_overrides` is kept when it holds the tokenizer's tokens (a table padded to a round
-      size), refused when it does not (it used to be replaced by the tokenizer's silently).
+      A `vocab_size` the user set (`--config_overrides`, `Recipe.explicit`) is kept when it holds the tokenizer's
+      tokens (a table padded to a round size), refused when it does not.
     - Sequence length: `--max_seq_length`, else the recipe's, checked against the position table. It is the settled
       recipe's `max_seq_length` and its config's (saved with the checkpoint: continuing from it without `--recipe`
       trains at the same length), and everything in the config that follows it is set from it: the prediction caps
-      and XLNet's memory (`Recipe.fit_to_length`), unless `--config_overrides` set them.
+      and XLNet's memory (`Recipe.fit_to_length`), unless the user set them (`Recipe.explicit`).
     - The tokenizer keeps the model's length (`model_max_length` capped at the position table, saved with it:
       `truncation=True` downstream, GLUE or pipelines, then fits the table); the one value written outside the recipe.
     """
-    overrides = parse_overrides(model_args.config_overrides)
-    asked = overrides.get("vocab_size")
+    asked = recipe.config.vocab_size if "vocab_size" in recipe.explicit else None
     if asked is not None and asked < len(tokenizer):
         raise BertologyError(
             f"--config_overrides vocab_size={asked} is smaller than the tokenizer's {len(tokenizer)} tokens: raise it, "
@@ -302,7 +301,7 @@ def settle_recipe(recipe: Recipe, tokenizer, data_args: DataArguments, model_arg
             f"{settled.config.vocab_size}"
         )
     max_seq_length = data_args.max_seq_length or recipe.max_seq_length
-    settled.fit_to_length(max_seq_length, explicit=overrides)
+    settled.fit_to_length(max_seq_length)
     settled.config.max_seq_length = max_seq_length
     check_lengths(settled.config, max_seq_length)
     if max_positions(settled.config) < min(tokenizer.model_max_length, NO_POSITION_TABLE):

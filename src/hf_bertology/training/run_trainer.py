@@ -10,7 +10,7 @@ import os
 
 from transformers import TrainingArguments
 
-from ..recipes import Recipe
+from ..recipes.recipe import Recipe
 from ..utils import logger
 from .callbacks import SaveOnInterrupt, callbacks_for
 

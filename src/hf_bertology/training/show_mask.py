@@ -20,17 +20,10 @@ from transformers import TrainingArguments
 
 from ..collators.base import EXAMPLE_ID
 from ..utils import BertologyError, argument_parser, parse_arguments, run_command
+from .arguments import DataArguments, ModelArguments, check_sizes
+from .corpora import build_datasets, load_corpora
 from .input_checks import check_counts
-from .pretrain import (
-    DataArguments,
-    ModelArguments,
-    build_datasets,
-    build_recipe,
-    check_sizes,
-    load_corpora,
-    load_tokenizer,
-    settle_recipe,
-)
+from .run_recipe import build_recipe, load_tokenizer, settle_recipe
 from .trainer import ExampleIds
 
 

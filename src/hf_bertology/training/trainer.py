@@ -1,84 +1,20 @@
-"""`BertologyTrainer`: the `transformers` Trainer with exact multi-objective loss scaling and component logs.
+"""`BertologyTrainer`: the `transformers` Trainer with what pretraining objectives and long, resumed runs need.
 
-Two things the stock Trainer does not do for pretraining objectives:
+What it adds to the stock Trainer (each with its reasons and sources in docs/training.md):
 
-1. **One count per objective.** The stock Trainer counts `labels != -100` over the micro-batches of an optimizer
-   step (and across processes) and passes that one `num_items_in_batch` to the model. An objective with a
-   sequence-level loss (NSP, SOP) or a loss over all tokens (ELECTRA's RTD) needs its own count. We pass a dict:
-   every `labels`-like key (`labels`, `*_label`, `*_labels`) counted as `!= -100`, plus `attention_mask` (real
-   tokens). The model divides each summed loss by its count, so gradient accumulation and DDP reproduce the
-   gradients of one large batch exactly (tests/test_training.py checks 2N vs 2×N).
-2. **Component losses in the logs.** Every scalar the model returns besides `loss` (`mlm_loss`, `nsp_loss`,
-   `mlm_accuracy`, ...) is averaged over the logging window (over processes too) and logged next to `loss`, and
-   next to `eval_loss` as `eval_<name>`. A metric a batch leaves undefined (NaN: ELECTRA's `disc_precision` when
-   nothing is predicted replaced) is averaged over the batches that define it. An evaluation batch's labels are
-   the ones it carries: a forward names the labels of every head its config may switch on (a composed model's NSP,
-   SOP and SBO; BERT's NSP under `sentence_task=none`), and the stock Trainer computes no `eval_loss` unless every
-   name in `label_names` is in the batch. Accuracies and other diagnostics (not losses) of a model whose forward
-   takes `return_metrics` (BERT, ALBERT, ELECTRA) are computed at the training steps that are logged only: they
-   change no gradient and cost 12 (BERT) to 50 (ELECTRA) operations per step (`benchmarks/op_counts.py`). A
-   logged accuracy is then the logged step's (all its micro-batches); losses stay means over the window. With
-   `--torch_compile` the logged steps are a second graph, compiled once at the first of them.
-
-And three things for long runs that are killed and resumed:
-
-3. **Masks from (seed, epoch, example).** Every map-style dataset the Trainer loads is wrapped in `ExampleIds`, so
-   each feature carries its dataset index as `example_id`; the collator keys its random draws by
-   `(TrainingArguments.data_seed or seed, epoch, example_id, position)` (`collators.base.RandomSource`) and drops
-   the id. We give the collator the seed once and the epoch at every epoch start, before the dataloader starts its
-   workers. So an example's masks do not depend on the batch size, the dataloader workers, the number of processes
-   or an interruption: a resumed run masks exactly as the uninterrupted one did, with or without workers.
-   Evaluation draws from an epoch of its own (`EVAL_EPOCH`): the held-out examples get the same masks at every
-   evaluation, so eval losses along a run (and across runs with one seed) differ by the model only, as with the
-   official BERT's evaluation set, masked once when it is written.
-4. **Exact resumption of the rest.** The model's own draws (dropout, ELECTRA's sampling) and the masks of
-   features without ids (a streaming dataset) come from torch's global RNG, which the Trainer saves in
-   `rng_state.pth`. But the dataloader collates a batch ahead (accelerate's `DataLoaderShard` prefetches one), so at
-   a checkpoint the next batch was already collated with an RNG state no checkpoint holds, and when resuming
-   mid-epoch the Trainer restores `rng_state.pth` only after collating again. We record the RNG state before each
-   collation, save the states of batches collated but not trained on (`collator_rng_state.pth`), and on resuming
-   replay them: those batches get their original masks, then the checkpoint's state is restored (python, numpy,
-   torch) before the next collation, exactly where the uninterrupted run stood. (Without ids this holds with
-   `dataloader_num_workers=0` only: worker processes hold RNG states of their own that no checkpoint saves.)
-5. **Complete checkpoints are marked.** The stock Trainer writes `checkpoint-N` file by file and rotates by mtime.
-   Once every process has written its part, `checkpoints.mark_complete` adds a marker holding every file's digest;
-   `--resume_from_checkpoint last` takes the newest folder that `checkpoints.verify` accepts; rotation goes by step,
-   after marking, and keeps the newest complete checkpoint; a failed save (disk full) is one line (`checkpoints`).
-   A streamed example carries its position in the stream as its id (the Trainer re-reads the stream from its start
-   when resuming), so its masks are keyed like a map-style example's and a streamed run resumes exactly too.
-
-And two for speed on a GPU:
-
-6. **No host sync in a training step.** The stock Trainer adds each micro-batch's real tokens to
-   `state.num_input_tokens_seen` with `.item()`, which makes the host wait for the device every micro-batch (the
-   queued forward and backward), so the next step's data loading and launches no longer overlap the device's work.
-   We keep the count on the device and read it where it is read anyway: when logging and when saving a checkpoint
-   (one `gather` then, not one per micro-batch); in between, `sync_tokens_seen()` brings the count up to date.
-   `hf_bertology.testing.HostSyncs` checks a step has no sync left.
-7. **One compilation for `--torch_compile`.** Every batch brings its own counts (padding-free: tokens and examples;
-   any layout: labelled tokens), so torch.compile's first graph, specialised to the first batch's sizes, is thrown
-   away at the second batch for a dynamic one (`automatic_dynamic_shapes`). We ask accelerate's dynamo plugin for
-   dynamic shapes at once (`dynamic=True`) unless the user set it (`ACCELERATE_DYNAMO_USE_DYNAMIC`): one compilation
-   instead of two (inductor on a 2-core CPU, bert-mini padding-free: 20 s before the first step instead of 48 s).
-
-And one for joint models:
-
-8. **Parts clipped apart.** A model with `gradient_clipping_groups()` (DeBERTa-v3: generator, discriminator) has
-   each group's gradient norm clipped to `max_grad_norm` on its own, as the official decoupled training's two
-   optimizers do (microsoft/DeBERTa `rtd_task.py:265,351`), so a large generator gradient no longer shrinks the
-   discriminator's step. The logged `grad_norm` stays the whole model's (before clipping).
-
-And the official optimizers a recipe names through TrainingArguments' free-form fields (`training/optimizers.py`):
-
-9. **Adam without bias correction** (`--optim_args bias_correction=False`, DeBERTa-v3's XAdam) and **DeBERTa's
-   `warmup_linear`** (`--lr_scheduler_kwargs '{"decay_from_start": true}'` with the linear schedule).
-10. **A later phase's optimizer** (`phase_start`, set by `phases.continue_phase`): a run that is not resumed loads
-   the previous phase's optimizer state and resets the lr and weight decay (`phases.restart_override`).
+1. one loss count per objective, so accumulation and DDP give one large batch's gradients (`num_items_in_batch`);
+2. every component loss and metric logged next to `loss` and `eval_loss`; metrics computed at logged steps only;
+3. masks keyed by (seed, epoch, example id) (`ExampleIds`; evaluation draws from `EVAL_EPOCH`);
+4. the collator's RNG states of the batches collated ahead, saved with a checkpoint and replayed on resuming;
+5. checkpoints marked complete and rotated by step (`checkpoints.py`, docs/reliability.md);
+6. no host sync in a training step: the tokens seen are counted on the device (`sync_tokens_seen`);
+7. one compilation under `--torch_compile`: dynamic shapes from the start;
+8. a joint model's parts clipped apart (`gradient_clipping_groups`);
+9. the optimizers and schedules a recipe names (`optimizers.py`) and a later phase's optimizer state (`phases.py`).
 """
 
 from __future__ import annotations
 
-import os
 from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
@@ -91,29 +27,13 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, IntervalStrategy
 
 from ..collators.base import EXAMPLE_ID, CollatorWrapper
 from ..utils import logger
-from .checkpoints import (
-    MARKER,
-    last_complete_checkpoint,
-    list_checkpoints,  # noqa: F401 (imported from here by callers before `checkpoints` existed)
-    mark_complete,
-    prepare_folder,
-    rotate,
-    save_failed,
-    verify,
-    write_failure,
-)
+from .checkpoints import last_complete_checkpoint, mark_complete, prepare_folder, rotate, save_failed, write_failure
 from .optimizers import AdamWNoBiasCorrection, decays_from_start, warmup_linear_schedule, without_bias_correction
 from .phases import restart_override
 
-COMPLETE_MARKER = MARKER  # the name tests and older callers import from here
 # Engines that clip inside themselves (sharded or compiled gradients): there the stock global clipping stays.
 CLIP_WHOLE_TYPES = (DistributedType.DEEPSPEED, DistributedType.FSDP, DistributedType.XLA, DistributedType.MEGATRON_LM)
 EVAL_EPOCH = -1  # the collator's epoch while evaluating: one set of masks for every evaluation, none a training one
-
-
-def is_complete_checkpoint(path: str | os.PathLike) -> bool:
-    """A checkpoint every process finished writing, whose files are as they were saved (`checkpoints.verify`)."""
-    return verify(path) is None
 
 
 class ExampleIds(torch.utils.data.Dataset):

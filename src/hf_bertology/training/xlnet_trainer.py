@@ -1,23 +1,9 @@
 """`XLNetTrainer`: `BertologyTrainer` plus XLNet's segment memory carried from batch to batch.
 
-transformers 5 removed `TrainingArguments.past_index`, the Trainer's only way of carrying `mems`, and its default
-order shuffles examples, so no batch continues the text of the previous one. XLNet (§2.4 of the paper, after
-Transformer-XL; zihangdai/xlnet `train_gpu.py`) trains on consecutive segments of the same text streams and
-attends to the cached hidden states of the previous segment. Two pieces do that here:
-
-- `StreamBatches` orders the training examples as Transformer-XL's `batchify`: the examples (in stream order, by
-  their `stream_position`) are cut into `batch_size * num_processes` contiguous streams, and batch slot s of step k
-  holds example k of stream s. Under DDP, accelerate gives process p every `num_processes`-th batch, so the batches
-  are laid out so that process p's slots always continue the same streams. An epoch ends all streams at once.
-- `XLNetTrainer.compute_loss` feeds the `mems` returned by one training step into the next (they are already
-  detached: `XLNetModel.cache_mem`), starts without them at every epoch (where every stream starts again; known on
-  the host, so no step reads a device flag) or when the batch shape changes, and runs
-  evaluation without memory (evaluation examples are not laid out as streams); the training memory is kept across
-  an evaluation, as the streams go on after it. Micro-batches of one optimizer step are consecutive segments too,
-  so gradient accumulation just works. After resuming from a checkpoint the memory starts empty.
-
-With `config.mem_len == 0` (or a streaming dataset, whose length is unknown) training runs without memory, in the
-Trainer's usual shuffled order.
+`StreamBatches` lays the training examples out as Transformer-XL's streams (batch slot s always continues stream s,
+on every process); `XLNetTrainer.compute_loss` feeds each training step's `mems` into the next, restarts them at
+every epoch and when the batch shape changes, and evaluates without them. With `mem_len == 0` or a streamed corpus
+it trains without memory, in the usual shuffled order. Why, and the official code it follows: docs/training.md.
 """
 
 from __future__ import annotations

@@ -3,6 +3,6 @@
 import sys
 
 from ...utils import run_command
-from . import main
+from .run import main
 
 sys.exit(run_command(main))

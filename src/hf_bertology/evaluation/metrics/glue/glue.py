@@ -1,16 +1,13 @@
 """GLUE metrics as a local ``evaluate`` module, loadable offline.
 
-Follows huggingface/evaluate ``metrics/glue/glue.py`` (same config names, same keys, same scikit-learn/scipy calls),
-shipped with the package because ``evaluate.load("glue", ...)`` downloads the script from the Hub and fails
-offline. Load it with an absolute path (the file or its folder)::
+Follows huggingface/evaluate ``metrics/glue/glue.py`` (same config names, same keys, same scikit-learn/scipy calls;
+the metric of each task: docs/glue.md), shipped with the package because ``evaluate.load("glue", ...)`` downloads the
+script from the Hub and fails offline. Load it with an absolute path (the file or its folder)::
 
     import evaluate
     from hf_bertology.evaluation.glue import GLUE_METRIC_PATH
     metric = evaluate.load(GLUE_METRIC_PATH, config_name="mrpc")
     metric.compute(predictions=[0, 1], references=[0, 1])  # {'accuracy': 1.0, 'f1': 1.0}
-
-CoLA: Matthews correlation. MRPC, QQP: accuracy and F1 (positive class 1). STS-B: Pearson and Spearman
-correlations. SST-2, MNLI (matched/mismatched), QNLI, RTE, WNLI, AX: accuracy.
 
 This file imports only ``datasets``, ``evaluate``, ``scipy`` and ``scikit-learn``: ``evaluate`` copies it into its
 module cache and imports it from there, so it must not import ``hf_bertology``.
