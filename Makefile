@@ -62,13 +62,12 @@ bench: $(STAMP)
 	@for f in benchmarks/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
 style: $(STAMP)
-	$(PY) -m ruff format src tests examples benchmarks utils
-	$(PY) -m ruff check --fix src tests examples benchmarks utils
+	$(PY) -m ruff format src tests examples benchmarks
+	$(PY) -m ruff check --fix src tests examples benchmarks
 
 quality: $(STAMP)
-	$(PY) -m ruff format --check src tests examples benchmarks utils
-	$(PY) -m ruff check src tests examples benchmarks utils
-	$(PY) utils/check_copies.py
+	$(PY) -m ruff format --check src tests examples benchmarks
+	$(PY) -m ruff check src tests examples benchmarks
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .ruff_cache src/*.egg-info

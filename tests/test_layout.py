@@ -183,3 +183,10 @@ def test_module_docstrings_are_short():
     assert too_long == {}, f"module docstrings over {MAX_DOCSTRING_LINES} lines: move the reasoning to docs/"
     shortened = sorted(rel for rel in LONG_DOCSTRINGS_PENDING if rel in lines and lines[rel] <= MAX_DOCSTRING_LINES)
     assert shortened == [], "take these off LONG_DOCSTRINGS_PENDING"
+
+
+def test_no_hand_kept_copies():
+    """Every objective is written once: model files share code through `models/` (their own folder), so no block is
+    kept in step with another by a `# Copied from hf_bertology` marker."""
+    marked = [relative(path) for path in SOURCES if "# Copied from hf_bertology" in path.read_text(encoding="utf-8")]
+    assert marked == []
