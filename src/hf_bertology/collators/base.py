@@ -1,5 +1,5 @@
 """What every collator shares: padding list features into tensors, the random draws, word starts, the positions
-that may be predicted.
+that may be predicted, and BERT's treatment of the chosen ones ([MASK] / random token / unchanged).
 
 Written here rather than taken from `DataCollatorWithPadding`: `tokenizer.pad` converts each feature through
 Python objects and is the slowest part of transformers' MLM collator; one numpy fill per row is several times
@@ -308,6 +308,35 @@ class WordStartLookup:
         if self._word_start_table is None:
             self._word_start_table = word_start_table(self.tokenizer)
         return self._word_start_table[input_ids]
+
+
+class Treatment:
+    """Mixin of the masked-LM collators (fields `tokenizer`, `mask_replace_prob`, `random_replace_prob`): BERT's
+    treatment of the positions to predict."""
+
+    tokenizer: PreTrainedTokenizerBase
+    mask_replace_prob: float
+    random_replace_prob: float
+
+    def treat(
+        self,
+        input_ids: torch.Tensor,
+        rows: torch.Tensor,
+        columns: torch.Tensor,
+        draw: torch.Tensor,
+        random_ids: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    ) -> torch.Tensor:
+        """`input_ids` with each position `(rows, columns)` replaced by its uniform `draw`: below `mask_replace_prob`
+        the mask token, in the next `random_replace_prob` a token of `random_ids(rows, columns)` (called for those
+        positions only), else unchanged."""
+        to_mask = draw < self.mask_replace_prob
+        to_random = (draw >= self.mask_replace_prob) & (draw < self.mask_replace_prob + self.random_replace_prob)
+        corrupted = input_ids.clone()
+        corrupted[rows[to_mask], columns[to_mask]] = self.tokenizer.mask_token_id
+        if bool(to_random.any()):
+            rows, columns = rows[to_random], columns[to_random]
+            corrupted[rows, columns] = random_ids(rows, columns)
+        return corrupted
 
 
 class CollatorWrapper:

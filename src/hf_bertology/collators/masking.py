@@ -11,6 +11,7 @@ special tokens unless given a mask, and supports whole words only with pre-padde
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -20,6 +21,7 @@ from .base import (
     Draws,
     ExampleSeeded,
     RandomSource,
+    Treatment,
     WordStartLookup,
     non_special_vocab,
     pad_features,
@@ -73,7 +75,7 @@ def choose_whole_words(
 
 
 @dataclass
-class DataCollatorForMaskedLM(WordStartLookup, ExampleSeeded):
+class DataCollatorForMaskedLM(Treatment, WordStartLookup, ExampleSeeded):
     """Pads features and masks an exact number of tokens per sequence for masked language modelling.
 
     Per sequence, `n = min(max_predictions_per_seq, max(1, round(num_real_tokens * mlm_probability)))` positions
@@ -196,12 +198,9 @@ class DataCollatorForMaskedLM(WordStartLookup, ExampleSeeded):
         draws = self._draws_or_fresh(draws, len(input_ids))
         rows, columns = chosen.nonzero(as_tuple=True)
         draw = draws.uniform_at(TREATMENT, rows, columns)
-        to_mask = draw < self.mask_replace_prob
-        to_random = (draw >= self.mask_replace_prob) & (draw < self.mask_replace_prob + self.random_replace_prob)
-        corrupted = input_ids.clone()
-        corrupted[rows[to_mask], columns[to_mask]] = self.tokenizer.mask_token_id
-        if bool(to_random.any()):
-            rows, columns = rows[to_random], columns[to_random]
-            picks = (draws.uniform_at(REPLACEMENT, rows, columns) * len(self._replacements)).long()
-            corrupted[rows, columns] = self._replacements[picks]
-        return corrupted
+        return self.treat(input_ids, rows, columns, draw, partial(self._random_tokens, draws))
+
+    def _random_tokens(self, draws: Draws, rows: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+        """`(N,)` replacement ids for the positions `(rows, columns)`, uniform over the non-special vocabulary."""
+        picks = (draws.uniform_at(REPLACEMENT, rows, columns) * len(self._replacements)).long()
+        return self._replacements[picks]

@@ -24,6 +24,7 @@ renormalised, not clipped) or `"ngram"` (ALBERT and XLNet: p(n) ∝ 1/n). Replac
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -34,6 +35,7 @@ from .base import (
     Draws,
     ExampleSeeded,
     RandomSource,
+    Treatment,
     WordStartLookup,
     id_table,
     non_special_vocab,
@@ -79,7 +81,7 @@ def _first_at_or_after(flags: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass
-class DataCollatorForSpanMasking(SpanRounds, WordStartLookup, ExampleSeeded):
+class DataCollatorForSpanMasking(SpanRounds, Treatment, WordStartLookup, ExampleSeeded):
     """Pads features and masks whole-word spans: SpanBERT's geometric spans or ALBERT's n-grams.
 
     Expected statistics (tests/test_span_collator.py checks them):
@@ -322,14 +324,7 @@ class DataCollatorForSpanMasking(SpanRounds, WordStartLookup, ExampleSeeded):
         # every token of a span shares its first token's draw
         at = run_start[rows, columns] if self.replacement_level == "span" else columns
         draw = draws.uniform_at(TREATMENT, rows, at)
-        to_mask = draw < self.mask_replace_prob
-        to_random = (draw >= self.mask_replace_prob) & (draw < self.mask_replace_prob + self.random_replace_prob)
-        corrupted = input_ids.clone()
-        corrupted[rows[to_mask], columns[to_mask]] = self.tokenizer.mask_token_id
-        if bool(to_random.any()):
-            rows, columns = rows[to_random], columns[to_random]
-            corrupted[rows, columns] = self.random_tokens(input_ids, candidates, draws, rows, columns)
-        return corrupted
+        return self.treat(input_ids, rows, columns, draw, partial(self.random_tokens, input_ids, candidates, draws))
 
     def random_tokens(
         self,
