@@ -1,4 +1,5 @@
-"""What every collator shares: padding list features into tensors, the random draws, word starts.
+"""What every collator shares: padding list features into tensors, the random draws, word starts, the positions
+that may be predicted, and BERT's treatment of the chosen ones ([MASK] / random token / unchanged).
 
 Written here rather than taken from `DataCollatorWithPadding`: `tokenizer.pad` converts each feature through
 Python objects and is the slowest part of transformers' MLM collator; one numpy fill per row is several times
@@ -8,7 +9,7 @@ faster (benchmarks/sparse_mlm.py measures the whole collator).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -277,6 +278,65 @@ def word_start_table(tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
         table[:] = torch.tensor([t.startswith(("Ġ", "▁")) or not t for t in tokens])
     table[special_ids(tokenizer, keep_unk=False)] = True
     return table
+
+
+def prediction_inputs(
+    batch: dict[str, torch.Tensor], is_special: Callable[[torch.Tensor], torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """`(input_ids, attention, candidates, word_starts)` of a padded batch, whose `word_starts` and
+    `special_tokens_mask` it pops (the model never sees them): candidates are the real tokens that neither
+    `is_special(input_ids)` nor the features' special-tokens mask rule out, the positions a collator may predict."""
+    word_starts = batch.pop("word_starts", None)
+    special_mask = batch.pop("special_tokens_mask", None)
+    input_ids, attention = batch["input_ids"], batch["attention_mask"].bool()
+    candidates = attention & ~is_special(input_ids)
+    if special_mask is not None:
+        candidates &= ~special_mask.bool()
+    return input_ids, attention, candidates, word_starts
+
+
+class WordStartLookup:
+    """Mixin of the collators that need word starts: the features' own, else the tokenizer's `word_start_table`."""
+
+    tokenizer: PreTrainedTokenizerBase
+    _word_start_table = None  # built on first use: features from hf_bertology.data carry their word starts
+
+    def _word_starts(self, input_ids: torch.Tensor, word_starts: torch.Tensor | None) -> torch.Tensor:
+        """`(B, L)`: `word_starts` if the features had them, else the vocabulary's guess for each of `input_ids`."""
+        if word_starts is not None:
+            return word_starts
+        if self._word_start_table is None:
+            self._word_start_table = word_start_table(self.tokenizer)
+        return self._word_start_table[input_ids]
+
+
+class Treatment:
+    """Mixin of the masked-LM collators (fields `tokenizer`, `mask_replace_prob`, `random_replace_prob`): BERT's
+    treatment of the positions to predict."""
+
+    tokenizer: PreTrainedTokenizerBase
+    mask_replace_prob: float
+    random_replace_prob: float
+
+    def treat(
+        self,
+        input_ids: torch.Tensor,
+        rows: torch.Tensor,
+        columns: torch.Tensor,
+        draw: torch.Tensor,
+        random_ids: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    ) -> torch.Tensor:
+        """`input_ids` with each position `(rows, columns)` replaced by its uniform `draw`: below `mask_replace_prob`
+        the mask token, in the next `random_replace_prob` a token of `random_ids(rows, columns)` (called for those
+        positions only), else unchanged."""
+        to_mask = draw < self.mask_replace_prob
+        to_random = (draw >= self.mask_replace_prob) & (draw < self.mask_replace_prob + self.random_replace_prob)
+        corrupted = input_ids.clone()
+        corrupted[rows[to_mask], columns[to_mask]] = self.tokenizer.mask_token_id
+        if bool(to_random.any()):
+            rows, columns = rows[to_random], columns[to_random]
+            corrupted[rows, columns] = random_ids(rows, columns)
+        return corrupted
 
 
 class CollatorWrapper:

@@ -11,6 +11,7 @@ special tokens unless given a mask, and supports whole words only with pre-padde
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -20,11 +21,13 @@ from .base import (
     Draws,
     ExampleSeeded,
     RandomSource,
+    Treatment,
+    WordStartLookup,
     non_special_vocab,
     pad_features,
+    prediction_inputs,
     require_tokens,
     special_ids,
-    word_start_table,
 )
 
 # Streams of `Draws`: one per use, so that the draws of one position for two uses are independent.
@@ -72,7 +75,7 @@ def choose_whole_words(
 
 
 @dataclass
-class DataCollatorForMaskedLM(ExampleSeeded):
+class DataCollatorForMaskedLM(Treatment, WordStartLookup, ExampleSeeded):
     """Pads features and masks an exact number of tokens per sequence for masked language modelling.
 
     Per sequence, `n = min(max_predictions_per_seq, max(1, round(num_real_tokens * mlm_probability)))` positions
@@ -134,7 +137,6 @@ class DataCollatorForMaskedLM(ExampleSeeded):
         self._random = RandomSource(self.seed)
         self._special = special_ids(self.tokenizer)
         self._replacements = non_special_vocab(self.tokenizer)
-        self._word_start_table: torch.Tensor | None = None
 
     @classmethod
     def from_config(cls, config, tokenizer: PreTrainedTokenizerBase, **overrides) -> DataCollatorForMaskedLM:
@@ -149,6 +151,10 @@ class DataCollatorForMaskedLM(ExampleSeeded):
         kwargs.update(overrides)
         return cls(tokenizer=tokenizer, **kwargs)
 
+    def _special_at(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """`(B, L)` bool: the special ids among `input_ids` (`isin` accepts any id, even one past the vocabulary)."""
+        return torch.isin(input_ids, self._special)
+
     def num_to_predict(self, num_real: torch.Tensor, num_candidates: torch.Tensor) -> torch.Tensor:
         """`min(max_predictions, max(1, round(n * rate)))`, never more than the candidates."""
         count = torch.round(num_real.double() * self.mlm_probability).long().clamp(min=1)
@@ -159,12 +165,7 @@ class DataCollatorForMaskedLM(ExampleSeeded):
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         batch = pad_features(features, self.tokenizer.pad_token_id, self.pad_to_multiple_of)
         draws = self._random.draws(features)
-        word_starts = batch.pop("word_starts", None)
-        special_mask = batch.pop("special_tokens_mask", None)
-        input_ids, attention = batch["input_ids"], batch["attention_mask"].bool()
-        candidates = attention & ~torch.isin(input_ids, self._special)
-        if special_mask is not None:
-            candidates &= ~special_mask.bool()
+        input_ids, attention, candidates, word_starts = prediction_inputs(batch, self._special_at)
         chosen = self.choose(input_ids, attention, candidates, word_starts, draws)
         batch["labels"] = torch.where(chosen, input_ids, -100)
         batch["input_ids"] = self.corrupt(input_ids, chosen, draws)
@@ -186,11 +187,7 @@ class DataCollatorForMaskedLM(ExampleSeeded):
             return candidates & (draws.uniform(CHOOSE, input_ids.shape[1]) < self.mlm_probability)
         budget = self.num_to_predict(attention.sum(1), candidates.sum(1))
         if self.whole_word_mask:
-            if word_starts is None:
-                if self._word_start_table is None:
-                    self._word_start_table = word_start_table(self.tokenizer)
-                word_starts = self._word_start_table[input_ids]
-            return choose_whole_words(candidates, word_starts.bool(), budget, draws)
+            return choose_whole_words(candidates, self._word_starts(input_ids, word_starts).bool(), budget, draws)
         scores = draws.uniform(CHOOSE, input_ids.shape[1])
         scores[~candidates] = 2.0  # non-candidates rank last
         return rank_within_rows(scores) < budget[:, None]
@@ -201,12 +198,9 @@ class DataCollatorForMaskedLM(ExampleSeeded):
         draws = self._draws_or_fresh(draws, len(input_ids))
         rows, columns = chosen.nonzero(as_tuple=True)
         draw = draws.uniform_at(TREATMENT, rows, columns)
-        to_mask = draw < self.mask_replace_prob
-        to_random = (draw >= self.mask_replace_prob) & (draw < self.mask_replace_prob + self.random_replace_prob)
-        corrupted = input_ids.clone()
-        corrupted[rows[to_mask], columns[to_mask]] = self.tokenizer.mask_token_id
-        if bool(to_random.any()):
-            rows, columns = rows[to_random], columns[to_random]
-            picks = (draws.uniform_at(REPLACEMENT, rows, columns) * len(self._replacements)).long()
-            corrupted[rows, columns] = self._replacements[picks]
-        return corrupted
+        return self.treat(input_ids, rows, columns, draw, partial(self._random_tokens, draws))
+
+    def _random_tokens(self, draws: Draws, rows: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+        """`(N,)` replacement ids for the positions `(rows, columns)`, uniform over the non-special vocabulary."""
+        picks = (draws.uniform_at(REPLACEMENT, rows, columns) * len(self._replacements)).long()
+        return self._replacements[picks]

@@ -28,11 +28,12 @@ from .base import (
     Draws,
     ExampleSeeded,
     RandomSource,
+    WordStartLookup,
     id_table,
     pad_features,
+    prediction_inputs,
     require_tokens,
     special_ids,
-    word_start_table,
 )
 
 # Keys of the features that are bookkeeping for the data order, not model inputs.
@@ -125,7 +126,7 @@ def top_up_words(
 
 
 @dataclass
-class DataCollatorForPermutationLM(ExampleSeeded):
+class DataCollatorForPermutationLM(WordStartLookup, ExampleSeeded):
     """Pads features and builds XLNet's permutation-LM inputs: `perm_mask`, `target_mapping`, `labels`.
 
     Expected statistics: per sequence, exactly `min(num_predict, max(1, round(num_real_tokens / K)))` targets
@@ -171,7 +172,6 @@ class DataCollatorForPermutationLM(ExampleSeeded):
         self._is_special = id_table(self.tokenizer, special_ids(self.tokenizer))
         functional = [i for i in (self.tokenizer.sep_token_id, self.tokenizer.cls_token_id) if i is not None]
         self._is_functional = id_table(self.tokenizer, functional)
-        self._word_start_table: torch.Tensor | None = None
 
     @classmethod
     def from_config(cls, config, tokenizer: PreTrainedTokenizerBase, **overrides) -> DataCollatorForPermutationLM:
@@ -190,6 +190,12 @@ class DataCollatorForPermutationLM(ExampleSeeded):
         """`pad_features` with left padding, as XLNet's tokenizer pads."""
         return pad_features(features, self.tokenizer.pad_token_id, self.pad_to_multiple_of, padding_side="left")
 
+    def _special_at(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """`(B, L)` bool: the special ids among `input_ids`, which must all be the tokenizer's (a table lookup)."""
+        if int(input_ids.max()) >= len(self._is_special):
+            raise BertologyError(f"token id {int(input_ids.max())} is outside the tokenizer's {len(self._is_special)}")
+        return self._is_special[input_ids]
+
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         if not features:
             raise BertologyError("cannot collate an empty list of features")
@@ -197,18 +203,8 @@ class DataCollatorForPermutationLM(ExampleSeeded):
         draws = self._random.draws(features)
         for key in DROPPED_KEYS:
             batch.pop(key, None)
-        word_starts = batch.pop("word_starts", None)
-        special_mask = batch.pop("special_tokens_mask", None)
-        input_ids, real = batch["input_ids"], batch["attention_mask"].bool()
-        if int(input_ids.max()) >= len(self._is_special):
-            raise BertologyError(f"token id {int(input_ids.max())} is outside the tokenizer's {len(self._is_special)}")
-        candidates = real & ~self._is_special[input_ids]
-        if special_mask is not None:
-            candidates &= ~special_mask.bool()
-        if word_starts is None:
-            if self._word_start_table is None:
-                self._word_start_table = word_start_table(self.tokenizer)
-            word_starts = self._word_start_table[input_ids]
+        input_ids, real, candidates, word_starts = prediction_inputs(batch, self._special_at)
+        word_starts = self._word_starts(input_ids, word_starts)
         targets = self.choose_targets(real, candidates, word_starts.bool(), draws)
         functional = real & self._is_functional[input_ids]
         batch["perm_mask"] = self.permutation_mask(real, targets, functional, draws)

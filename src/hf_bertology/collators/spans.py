@@ -15,6 +15,7 @@ token. The official rules, step by step: docs/recipes/spanbert.md and docs/recip
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -25,12 +26,14 @@ from .base import (
     Draws,
     ExampleSeeded,
     RandomSource,
+    Treatment,
+    WordStartLookup,
     id_table,
     non_special_vocab,
     pad_features,
+    prediction_inputs,
     require_tokens,
     special_ids,
-    word_start_table,
 )
 from .span_rounds import SpanRounds
 
@@ -69,7 +72,7 @@ def _first_at_or_after(flags: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass
-class DataCollatorForSpanMasking(SpanRounds, ExampleSeeded):
+class DataCollatorForSpanMasking(SpanRounds, Treatment, WordStartLookup, ExampleSeeded):
     """Pads features and masks whole-word spans: SpanBERT's geometric spans or ALBERT's n-grams.
 
     Expected statistics (tests/test_span_collator.py checks them):
@@ -153,7 +156,6 @@ class DataCollatorForSpanMasking(SpanRounds, ExampleSeeded):
             self.token_frequencies = weights
             cdf = weights.cumsum(0)
             self._frequency_cdf = cdf / cdf[-1]  # inverse-CDF sampling: one uniform per position
-        self._word_start_table: torch.Tensor | None = None
 
     @classmethod
     def from_config(cls, config, tokenizer: PreTrainedTokenizerBase, **overrides) -> DataCollatorForSpanMasking:
@@ -180,19 +182,15 @@ class DataCollatorForSpanMasking(SpanRounds, ExampleSeeded):
         return cls(tokenizer=tokenizer, **kwargs)
 
     # -- the batch -------------------------------------------------------------------------------------------
+    def _special_at(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """`(B, L)` bool: the special ids among `input_ids` (a table lookup is faster than `torch.isin`)."""
+        return self._is_special[input_ids]
+
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         batch = pad_features(features, self.tokenizer.pad_token_id, self.pad_to_multiple_of)
         draws = self._random.draws(features)
-        word_starts = batch.pop("word_starts", None)
-        special_mask = batch.pop("special_tokens_mask", None)
-        input_ids, attention = batch["input_ids"], batch["attention_mask"].bool()
-        candidates = attention & ~self._is_special[input_ids]  # a table lookup is faster than `torch.isin`
-        if special_mask is not None:
-            candidates &= ~special_mask.bool()
-        if word_starts is None:
-            if self._word_start_table is None:
-                self._word_start_table = word_start_table(self.tokenizer)
-            word_starts = self._word_start_table[input_ids]
+        input_ids, attention, candidates, word_starts = prediction_inputs(batch, self._special_at)
+        word_starts = self._word_starts(input_ids, word_starts)
         masked, _ = self.sample_spans(attention, candidates, word_starts.bool(), draws=draws)
         run_start = self.span_starts(masked)
         batch["labels"] = torch.where(masked, input_ids, -100)
@@ -317,14 +315,7 @@ class DataCollatorForSpanMasking(SpanRounds, ExampleSeeded):
         # every token of a span shares its first token's draw
         at = run_start[rows, columns] if self.replacement_level == "span" else columns
         draw = draws.uniform_at(TREATMENT, rows, at)
-        to_mask = draw < self.mask_replace_prob
-        to_random = (draw >= self.mask_replace_prob) & (draw < self.mask_replace_prob + self.random_replace_prob)
-        corrupted = input_ids.clone()
-        corrupted[rows[to_mask], columns[to_mask]] = self.tokenizer.mask_token_id
-        if bool(to_random.any()):
-            rows, columns = rows[to_random], columns[to_random]
-            corrupted[rows, columns] = self.random_tokens(input_ids, candidates, draws, rows, columns)
-        return corrupted
+        return self.treat(input_ids, rows, columns, draw, partial(self.random_tokens, input_ids, candidates, draws))
 
     def random_tokens(
         self,

@@ -41,28 +41,22 @@ def _packed_documents(tokenized, tokenizer, config, max_seq_length, seed, num_pr
     return pack_documents(tokenized, tokenizer, max_seq_length, num_proc=num_proc)
 
 
-def _nsp_pairs(tokenized, tokenizer, config, max_seq_length, seed, num_proc):
-    return build_nsp_pairs(
-        tokenized,
-        tokenizer,
-        max_seq_length,
-        short_seq_prob=getattr(config, "short_seq_prob", 0.1),
-        random_next_prob=getattr(config, "nsp_random_prob", 0.5),
-        seed=seed,
-        num_proc=num_proc,
-    )
+def _segment_pairs(build: Callable, coin: str, config_field: str) -> Callable:
+    """The builder of a segment-pair format: `short_seq_prob` and the pair's own coin (argument `coin` of `build`,
+    read from `config_field`) come from the config, so NSP and SOP read their settings alike."""
 
+    def builder(tokenized, tokenizer, config, max_seq_length, seed, num_proc):
+        return build(
+            tokenized,
+            tokenizer,
+            max_seq_length,
+            short_seq_prob=getattr(config, "short_seq_prob", 0.1),
+            seed=seed,
+            num_proc=num_proc,
+            **{coin: getattr(config, config_field, 0.5)},
+        )
 
-def _sop_pairs(tokenized, tokenizer, config, max_seq_length, seed, num_proc):
-    return build_sop_pairs(
-        tokenized,
-        tokenizer,
-        max_seq_length,
-        short_seq_prob=getattr(config, "short_seq_prob", 0.1),
-        swap_prob=getattr(config, "sop_swap_prob", 0.5),
-        seed=seed,
-        num_proc=num_proc,
-    )
+    return builder
 
 
 def _xlnet_segments(tokenized, tokenizer, config, max_seq_length, seed, num_proc):
@@ -78,8 +72,8 @@ def _electra_segments(tokenized, tokenizer, config, max_seq_length, seed, num_pr
 INPUT_FORMATS: dict[str, Callable] = {
     "full_sentences": _full_sentences,
     "doc_sentences": _doc_sentences,
-    "nsp_pairs": _nsp_pairs,
-    "sop_pairs": _sop_pairs,
+    "nsp_pairs": _segment_pairs(build_nsp_pairs, "random_next_prob", "nsp_random_prob"),
+    "sop_pairs": _segment_pairs(build_sop_pairs, "swap_prob", "sop_swap_prob"),
     "xlnet_segments": _xlnet_segments,
     "electra_segments": _electra_segments,
     "token_stream": _token_stream,

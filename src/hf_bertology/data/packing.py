@@ -81,24 +81,17 @@ def pack_sentences(
     num_proc: int | None = None,
 ) -> datasets.Dataset | datasets.IterableDataset:
     """Blocks of at most `max_seq_length` tokens (specials included) from a tokenized corpus."""
-    if max_seq_length < 3:
-        raise BertologyError(f"max_seq_length must be at least 3, got {max_seq_length}")
-    start_id, end_id = block_tokens(tokenizer)
-    kwargs = {
-        "batched": True,
-        "batch_size": 1000,
-        "remove_columns": tokenized.column_names,
-        "features": PACKED_FEATURES,
-        "fn_kwargs": {
-            "start_id": start_id,
-            "end_id": end_id,
-            "max_seq_length": max_seq_length,
-            "cross_documents": cross_documents,
-        },
-    }
-    if isinstance(tokenized, datasets.Dataset):
-        kwargs.update(num_proc=num_proc, desc="FULL-SENTENCES" if cross_documents else "DOC-SENTENCES")
-    return tokenized.map(pack_batch, **kwargs)
+    desc = "FULL-SENTENCES" if cross_documents else "DOC-SENTENCES"
+    return _map_blocks(
+        tokenized,
+        tokenizer,
+        max_seq_length,
+        num_proc,
+        pack_batch,
+        PACKED_FEATURES,
+        desc,
+        cross_documents=cross_documents,
+    )
 
 
 def pack_token_batch(batch: dict[str, list], start_id: int, end_id: int, max_seq_length: int) -> dict[str, list]:
@@ -133,9 +126,9 @@ def pack_tokens(
     )
 
 
-def _map_blocks(tokenized, tokenizer, max_seq_length: int, num_proc, function, features, desc: str):
-    """`tokenized` mapped by `function` in batches of 1,000 documents, given the tokenizer's block ids and the length;
-    a `Dataset` in `num_proc` processes with a progress bar, a stream lazily."""
+def _map_blocks(tokenized, tokenizer, max_seq_length: int, num_proc, function, features, desc: str, **options):
+    """`tokenized` mapped by `function` in batches of 1,000 documents, given the tokenizer's block ids, the length and
+    `options`; a `Dataset` in `num_proc` processes with a progress bar, a stream lazily."""
     if max_seq_length < 3:
         raise BertologyError(f"max_seq_length must be at least 3, got {max_seq_length}")
     start_id, end_id = block_tokens(tokenizer)
@@ -144,7 +137,7 @@ def _map_blocks(tokenized, tokenizer, max_seq_length: int, num_proc, function, f
         "batch_size": 1000,
         "remove_columns": tokenized.column_names,
         "features": features,
-        "fn_kwargs": {"start_id": start_id, "end_id": end_id, "max_seq_length": max_seq_length},
+        "fn_kwargs": {"start_id": start_id, "end_id": end_id, "max_seq_length": max_seq_length, **options},
     }
     if isinstance(tokenized, datasets.Dataset):
         kwargs.update(num_proc=num_proc, desc=desc)

@@ -7,6 +7,19 @@ from pathlib import Path
 from typing import Any
 
 BASELINE = "random-init"  # the name of the random-init baseline's row
+# plot file -> (x label, y label, title)
+PLOT_LABELS = {
+    "loss_vs_flops.png": (
+        "training FLOPs (real tokens)",
+        "pretraining loss (each objective's own)",
+        "Pretraining loss vs compute",
+    ),
+    "glue_vs_flops.png": (
+        "pretraining FLOPs",
+        "GLUE average (dev, ×100)",
+        "Downstream quality vs pretraining compute",
+    ),
+}
 
 
 def _pct(value: float | None) -> str:
@@ -125,16 +138,7 @@ def make_plots(results: dict[str, Any], output_dir: Path) -> list[Path]:
         curve = (entry.get("pretrain") or {}).get("curve") or []
         if curve:
             ax.plot([p["flops"] for p in curve], [p["loss"] for p in curve], marker=".", label=name)
-    ax.set_xlabel("training FLOPs (real tokens)")
-    ax.set_ylabel("pretraining loss (each objective's own)")
-    ax.set_title("Pretraining loss vs compute")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    paths.append(output_dir / "loss_vs_flops.png")
-    fig.savefig(paths[-1], dpi=120)
-    plt.close(fig)
+    paths.append(_save_plot(fig, ax, output_dir, "loss_vs_flops.png"))
 
     if not has_glue_scores(results):
         return paths
@@ -150,14 +154,24 @@ def make_plots(results: dict[str, Any], output_dir: Path) -> list[Path]:
         ax.scatter([flops], [100 * average], s=40, zorder=3)
         ax.annotate(name, (flops, 100 * average), textcoords="offset points", xytext=(5, 4), fontsize=9)
     ax.set_xlim(left=0)
-    ax.set_xlabel("pretraining FLOPs")
-    ax.set_ylabel("GLUE average (dev, ×100)")
-    ax.set_title("Downstream quality vs pretraining compute")
+    paths.append(_save_plot(fig, ax, output_dir, "glue_vs_flops.png"))
+    return paths
+
+
+def _save_plot(fig, ax, output_dir: Path, name: str) -> Path:
+    """Label `ax` as `PLOT_LABELS[name]` says, give it a legend if anything is labelled and a light grid, write `fig`
+    to `output_dir / name` and close it: the two plots share one look."""
+    import matplotlib.pyplot as plt
+
+    xlabel, ylabel, title = PLOT_LABELS[name]
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     if ax.get_legend_handles_labels()[0]:
         ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    paths.append(output_dir / "glue_vs_flops.png")
-    fig.savefig(paths[-1], dpi=120)
+    path = output_dir / name
+    fig.savefig(path, dpi=120)
     plt.close(fig)
-    return paths
+    return path
