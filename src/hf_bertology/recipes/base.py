@@ -1,5 +1,6 @@
-"""What every family module builds on: the `Variant` row, the shared encoder sizes and `make_preset`, and the checks
-every recipe's config goes through (unknown override keys, a config class's errors as one line)."""
+"""What every family module builds on: the `Variant` row (and the `Network`s of a two-network objective), the shared
+encoder sizes and `make_preset`, and the checks every recipe's config goes through (unknown override keys, a config
+class's errors as one line)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,22 @@ from huggingface_hub.errors import StrictDataclassError
 from transformers import PretrainedConfig
 
 from ..utils import BertologyError
+
+
+@dataclass(frozen=True)
+class Network:
+    """One network of a joint model (ELECTRA's, DeBERTa-v3's, RTD's generator and discriminator, trained together),
+    as plain `transformers` holds it alone: what `bertology export --part NAME`, a run's `NAME/` folder and
+    `--generator_name_or_path` read and write (`hf_bertology.joint`, docs/ARCHITECTURE.md "Two networks")."""
+
+    name: str  # "discriminator" | "generator": its folder and `--part`
+    plain_class: type  # the transformers class whose parameter names it has (e.g. ElectraForMaskedLM)
+    prefix: str  # where its weights sit in the joint model's state dict ("generator."; "": at the top)
+    plain_config: Callable[[Any], PretrainedConfig]  # its plain config (no recipe fields), from the joint model
+    # {start of a plain weight name: the joint model's} where the names differ (DeBERTa-v3's generator head)
+    rename: dict[str, str] = field(default_factory=dict)
+    # its weights (names under `prefix`) that checkpoints of an earlier version lack: they load without them
+    may_lack: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -36,6 +53,9 @@ class Variant:
     # parts other than masking (fields of the composed config, see models/composed) when it runs on another encoder.
     backbone: str | None = None
     parts: dict[str, Any] = field(default_factory=dict)
+    # Two networks trained together, each also written as a plain folder; the first is the one fine-tuned, whose
+    # values a table both share takes. Empty: one network. (An RTD objective on another encoder: composed.py.)
+    networks: tuple[Network, ...] = ()
 
 
 # Encoder sizes (ARCHITECTURE.md): the papers' base/large, a CPU demo (mini) and a test size (tiny).

@@ -1,9 +1,13 @@
 """One paper's objective on another paper's encoder (`NAME@BACKBONE`, `models/composed`): which parts carry over,
-and the combinations refused with one line."""
+the combinations refused with one line, and the two networks of an RTD objective there (`rtd_networks`)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
+
+import transformers
+from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES, MODEL_MAPPING_NAMES
 
 from ..collators import DataCollatorForSpanMasking
 from ..utils import BertologyError, logger
@@ -17,7 +21,16 @@ from .backbones import (
     SIZE_FIELDS,
     Backbone,
 )
-from .base import CONFIG_ERRORS, SMALL_DATA, Variant, _family_config, _fields, _one_line, check_override_keys
+from .base import (
+    CONFIG_ERRORS,
+    SMALL_DATA,
+    Network,
+    Variant,
+    _family_config,
+    _fields,
+    _one_line,
+    check_override_keys,
+)
 from .recipe import PRESETS, Recipe, preset_recipe
 
 
@@ -151,3 +164,45 @@ def _can_share_embeddings(backbone: Backbone, values: dict[str, Any]) -> bool:
     return (
         backbone.model_type in ("albert", "electra", "deberta-v2") or values.get("generator_hidden_fraction", 1) == 1
     )
+
+
+@functools.cache
+def rtd_networks(backbone: Backbone) -> tuple[Network, Network]:
+    """The networks of an RTD objective (ELECTRA's, DeBERTa-v3's) on `backbone`: the discriminator is the family's base
+    model (`RobertaModel` at `roberta.*`), the generator the family's masked LM (`RobertaForMaskedLM` at
+    `generator.*`; its output layer is its word table, untied in the joint model only to tie it there). The plain
+    configs are those of the networks' modules (the Trainer sets `use_cache` on the joint model's alone)."""
+    base_class = getattr(transformers, MODEL_MAPPING_NAMES[backbone.model_type])
+    masked_lm_class = getattr(transformers, MODEL_FOR_MASKED_LM_MAPPING_NAMES[backbone.model_type])
+    family = base_class.config_class
+
+    def discriminator(joint):
+        return plain_config(joint.config, family)
+
+    def generator(joint):
+        plain = plain_config(joint.generator.config, family)
+        plain.tie_word_embeddings = True
+        if plain.model_type == "deberta-v2":
+            plain.legacy = True  # the released generator's names (deberta_v3.LEGACY_HEAD)
+        return plain
+
+    return (
+        Network("discriminator", base_class, f"{base_class.base_model_prefix}.", discriminator),
+        Network("generator", masked_lm_class, "generator.", generator),
+    )
+
+
+# Fields a family's modeling code reads with `getattr` though its config class has no default for them: DeBERTa's
+# factorised `embedding_size` (a composed generator narrower than the discriminator keeps the shared table's width).
+OPTIONAL_FIELDS = ("embedding_size",)
+
+
+def plain_config(config, config_class):
+    """`config` as the family's own config: only the fields that class has (no recipe fields, no `auto_map`).
+    `layer_types` is cut to the depth (a generator's config was made shallower after construction, and the network
+    built the first `num_hidden_layers` of them)."""
+    known = set(config_class().to_dict()) | set(OPTIONAL_FIELDS)
+    fields = {k: v for k, v in config.to_dict().items() if k in known and k not in ("architectures", "model_type")}
+    if isinstance(fields.get("layer_types"), list):
+        fields["layer_types"] = fields["layer_types"][: fields["num_hidden_layers"]]
+    return config_class(**fields)

@@ -5,10 +5,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from transformers import DebertaV2Config, DebertaV2ForMaskedLM, DebertaV2Model
+
 from ..collators import DataCollatorForWindowMasking
-from ..models.configuration_deberta_v3 import BertologyDebertaV3Config
+from ..models.configuration_deberta_v3 import (
+    BertologyDebertaV3Config,
+    discriminator_config,
+    generator_config,
+)
 from ..models.modeling_deberta_v3 import BertologyDebertaV3ForPreTraining
-from .base import SIZES, SMALL_DATA, Variant, make_preset
+from .base import SIZES, SMALL_DATA, Network, Variant, make_preset
 
 # DeBERTa-v3: microsoft/DeBERTa experiments/language_model (rtd.sh, rtd_*.json, DeBERTa/optims/args.py): Adam
 # β (0.9, 0.999), ε 1e-6, no bias correction (XAdam), wd 0.01, clip 1.0, linear warmup (10k steps) then
@@ -40,8 +46,29 @@ def deberta_max_predictions(mask_prob: float, max_seq_length: int) -> int:
     return math.ceil(max_seq_length * mask_prob / 10) * 10
 
 
+# The released DeBERTa-v3 generator's head, in the layout every transformers version resizes correctly:
+# `legacy=True` names it `cls.predictions.*` with a decoder tied to the word table. (With `legacy=False`,
+# `DebertaV2ForMaskedLM.get_output_embeddings` returns the head's hidden x hidden `dense`, so
+# `resize_token_embeddings`, which run_mlm.py calls, reshapes that layer and the forward fails on the LayerNorm.)
+LEGACY_HEAD = {
+    "cls.predictions.transform.dense.": "lm_predictions.lm_head.dense.",
+    "cls.predictions.transform.LayerNorm.": "lm_predictions.lm_head.LayerNorm.",
+    "cls.predictions.bias": "lm_predictions.lm_head.bias",
+    "cls.predictions.decoder.bias": "lm_predictions.lm_head.bias",
+    "cls.predictions.decoder.weight": "deberta.embeddings.word_embeddings.weight",
+}
+
+
+def plain_generator_config(joint) -> DebertaV2Config:
+    """The generator's plain config, with the `LEGACY_HEAD` names."""
+    generator = generator_config(joint.config)
+    generator.legacy = True
+    return generator
+
+
 # Plain transformers loads the discriminator (DebertaV2Model, ...ForSequenceClassification); `bertology export
-# --deberta_v3_part generator` writes the generator as a DebertaV2ForMaskedLM.
+# --part generator` writes the generator as a DebertaV2ForMaskedLM (as the released `pytorch_model.generator.bin`;
+# transformers has no EMD, so the generator's EMD positions stay in the joint checkpoint, docs/recipes/deberta_v3.md).
 VARIANT = Variant(
     "deberta-v3",
     BertologyDebertaV3Config,
@@ -55,6 +82,17 @@ VARIANT = Variant(
     backbone="deberta",
     # the generator at half the depth, same width (official rtd_*.json); + embedding_sharing
     parts={"replaced_token_detection": True, "generator_layers_fraction": 0.5},
+    networks=(
+        Network("discriminator", DebertaV2Model, "deberta.", lambda joint: discriminator_config(joint.config)),
+        Network(
+            "generator",
+            DebertaV2ForMaskedLM,
+            "generator.",
+            plain_generator_config,
+            rename=LEGACY_HEAD,
+            may_lack=("deberta.embeddings.position_embeddings.weight",),  # its EMD positions: checkpoints before EMD
+        ),
+    ),
 )
 
 

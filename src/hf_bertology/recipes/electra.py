@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from transformers import ElectraForMaskedLM, ElectraForPreTraining
+
 from ..collators import DataCollatorForMaskedLM
-from ..models.configuration_electra import BertologyElectraConfig
+from ..models.configuration_electra import BertologyElectraConfig, discriminator_config, generator_config
 from ..models.modeling_electra import BertologyElectraForPreTraining
-from .base import Variant, make_preset
+from .base import Network, Variant, make_preset
 
 
 def electra_max_predictions(mask_prob: float, max_seq_length: int) -> int:
@@ -15,7 +17,8 @@ def electra_max_predictions(mask_prob: float, max_seq_length: int) -> int:
     return int((mask_prob + 0.005) * max_seq_length)
 
 
-# Plain transformers loads the discriminator (ElectraForPreTraining); `bertology export` writes either network.
+# Plain transformers loads the discriminator (ElectraForPreTraining); `bertology export` writes either network, laid
+# out as the released google/electra-*-discriminator and -generator.
 VARIANT = Variant(
     "electra",
     BertologyElectraConfig,
@@ -25,6 +28,10 @@ VARIANT = Variant(
     prediction_cap=("max_predictions_per_seq", lambda c, n: electra_max_predictions(c.mlm_probability, n)),
     backbone="electra",
     parts={"replaced_token_detection": True, "embedding_sharing": "es"},  # + generator_hidden_fraction
+    networks=(
+        Network("discriminator", ElectraForPreTraining, "", lambda joint: discriminator_config(joint.config)),
+        Network("generator", ElectraForMaskedLM, "generator.", lambda joint: generator_config(joint.config)),
+    ),
 )
 
 # ELECTRA: google-research/electra configure_pretraining.py and Table 6 of Clark et al. (docs/recipes/electra.md):
