@@ -163,7 +163,7 @@ def test_config_and_card_name_what_plain_transformers_has(recipe, folders, tmp_p
     import transformers
     from transformers.testing_utils import CaptureLogger
 
-    from hf_bertology.export import export_part
+    from hf_bertology.joint import export_part
 
     folder = folders[recipe]
     config = json.loads((folder / "config.json").read_text())
@@ -241,7 +241,7 @@ def test_exported_parts_are_the_joint_networks_and_resizable(recipe, tmp_path):
     import transformers
     from transformers import AutoModelForMaskedLM
 
-    from hf_bertology.export import plain_part
+    from hf_bertology.joint import plain_part
 
     torch.manual_seed(0)
     recipe_ = hb.get_recipe(recipe, vocab_size=120)
@@ -292,7 +292,7 @@ def test_a_generator_folder_loads_under_automodel_with_nothing_random(recipe, tm
     import torch
     from transformers import AutoModel, BertTokenizerFast
 
-    from hf_bertology.export import write_part_folders
+    from hf_bertology.joint import write_part_folders
 
     (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]))
     tokenizer = BertTokenizerFast(vocab_file=str(tmp_path / "vocab.txt"))

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from hf_bertology import hub  # noqa: E402
 from hf_bertology.data import build_pretraining_dataset, load_corpus, tokenize_corpus  # noqa: E402
-from hf_bertology.export import write_part_folders  # noqa: E402
+from hf_bertology.joint import write_part_folders  # noqa: E402
 from hf_bertology.recipes import BACKBONES, VARIANTS, get_recipe  # noqa: E402
 from platform_support import no_dropout, write_corpus  # noqa: E402
 

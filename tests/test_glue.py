@@ -511,7 +511,7 @@ def test_a_joint_run_folder_fine_tunes_its_discriminator(tiny_model, tmp_path, c
     from transformers import AutoTokenizer
 
     import hf_bertology as hb
-    from hf_bertology.export import write_part_folders
+    from hf_bertology.joint import write_part_folders
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     torch.manual_seed(0)

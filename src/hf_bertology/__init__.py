@@ -13,7 +13,7 @@ from .collators import (
     DataCollatorForSpanMasking,
     DataCollatorForWindowMasking,
 )
-from .export import export_composed, export_deberta_v3, export_electra, export_part
+from .joint import export_composed, export_deberta_v3, export_electra, export_part
 from .models.configuration_albert import BertologyAlbertConfig
 from .models.configuration_bert import BertologyBertConfig
 from .models.configuration_deberta_v3 import BertologyDebertaV3Config

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from .recipes.networks import is_joint, networks_of
 from .utils import BertologyError, logger, run_command
 
 CARD_TEMPLATE = """---
@@ -207,15 +208,15 @@ def write_model_card(
     plain_class = (saved.get("architectures") or [None])[0]
     model_classes = [name for name in saved.get("auto_map", {}) if name.startswith("AutoModel")]  # not AutoConfig
     auto_class = next(iter(model_classes), None) or getattr(model, "_auto_class", None) or plain_auto_class
-    joint = getattr(model, "generator", None) is not None
-    if joint:
-        disc, gen = (_read_json(output_dir / part / "config.json").get("architectures") for part in PARTS)
+    networks = networks_of(model)
+    if networks:  # the classes of the part folders written next to it (`joint.write_part_folders`)
+        written = {n.name: _read_json(output_dir / n.name / "config.json").get("architectures") for n in networks}
         how_to_load = LOAD_JOINT.format(
             path=path,
             auto_class=auto_class,
             model_type=saved.get("model_type", "?"),
-            disc_class=(disc or ["the family's base model"])[0],
-            gen_class=(gen or ["the family's masked LM"])[0],
+            disc_class=(written.get("discriminator") or ["the family's base model"])[0],
+            gen_class=(written.get("generator") or ["the family's masked LM"])[0],
         )
         tags = ["hf_bertology", variant, "replaced-token-detection"]
         plain_class = None  # no pipeline serves the joint folder (its parts: the part cards)
@@ -240,9 +241,6 @@ def write_model_card(
     card_path = output_dir / "README.md"
     card_path.write_text(card, encoding="utf-8")
     return card_path
-
-
-PARTS = ("discriminator", "generator")
 
 
 def write_part_card(
@@ -345,8 +343,8 @@ def save_folder(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, outp
         raise BertologyError(f"no safetensors weights were written to {output_dir}")
     complete_backbone(model, output_dir)
     # a joint run's folder keeps our class (a class plain transformers has would let its pipelines load the
-    # discriminator for any task under trust_remote_code); its parts are plain folders (`export.write_part_folders`)
-    plain_class = None if getattr(model, "generator", None) is not None else plain_class_of(model)
+    # discriminator for any task under trust_remote_code); its parts are plain folders (`joint.write_part_folders`)
+    plain_class = None if is_joint(model) else plain_class_of(model)
     if plain_class is not None:
         config_path = output_dir / "config.json"
         config = json.loads(config_path.read_text())

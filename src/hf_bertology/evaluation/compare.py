@@ -285,8 +285,8 @@ def make_baseline(args: CompareArguments, arch: str) -> Path:
     """A randomly initialised model of recipe `arch` (its config and tokenizer as pretrained), in Hub format."""
     from transformers import AutoTokenizer, set_seed
 
-    from ..export import joint_config, write_part_folders
     from ..hub import save_folder
+    from ..joint import joint_config, write_part_folders
     from ..training.run_recipe import checkpoint_variant
 
     out = Path(args.output_dir) / "pretrain" / BASELINE

@@ -1,9 +1,9 @@
 """Trainer callbacks that a recipe's config asks for (`callbacks_for(model)` picks them).
 
-- `ElectraTwoStageCallback`: ELECTRA's two-stage training (Clark et al. 2020, §3.2 "Two-Stage ELECTRA"): train only
-  the generator (masked LM) for `config.two_stage_generator_steps` optimizer steps, then initialise the
-  discriminator from the generator's weights and train the discriminator with the generator frozen. The paper
-  reports it below joint training; it is here to reproduce that comparison.
+- `ElectraTwoStageCallback`: ELECTRA's two-stage training (Clark et al. 2020, §3.2 "Two-Stage ELECTRA"; reported
+  below joint training, here to reproduce that comparison): a joint model trains only its generator for
+  `config.two_stage_generator_steps` optimizer steps, then its discriminator, initialised from the generator, with
+  the generator frozen (docs/recipes/electra.md).
 - `SaveOnInterrupt`: Ctrl-C (SIGINT) or a scheduler's SIGTERM ends training at the end of the current step with a
   complete checkpoint, so that `--resume_from_checkpoint last` goes on from there instead of from the last
   `save_steps` multiple (`bertology pretrain` adds it to every single-process run).
@@ -16,6 +16,7 @@ import threading
 
 from transformers import TrainerCallback
 
+from ..recipes.networks import is_joint
 from ..utils import logger
 
 
@@ -87,8 +88,6 @@ class SaveOnInterrupt(TrainerCallback):
 def callbacks_for(model) -> list[TrainerCallback]:
     """The callbacks `model`'s config asks for (none for most recipes)."""
     callbacks: list[TrainerCallback] = []
-    if getattr(model.config, "two_stage_generator_steps", None) is not None and hasattr(
-        model, "start_discriminator_stage"
-    ):
+    if getattr(model.config, "two_stage_generator_steps", None) is not None and is_joint(model):
         callbacks.append(ElectraTwoStageCallback())
     return callbacks

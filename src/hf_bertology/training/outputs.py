@@ -11,9 +11,9 @@ import os
 import shutil
 from pathlib import Path
 
-from ..export import write_part_folders
 from ..hub import push_from_training_args, save_folder, write_model_card
-from ..recipes import Recipe
+from ..joint import write_part_folders
+from ..recipes.recipe import Recipe
 from ..utils import BertologyError, logger
 from .arguments import DataArguments
 from .checkpoints import apply_umask, fsync_dir, last_complete_checkpoint, write_failure

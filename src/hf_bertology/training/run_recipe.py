@@ -12,10 +12,11 @@ import datasets
 import torch
 from transformers import AutoTokenizer, TrainingArguments
 
-from ..export import joint_config, load_parts, part_layout
-from ..recipes.backbones import BACKBONES, backbone_of_model_class
+from ..joint import joint_config, load_parts
+from ..recipes.backbones import BACKBONES
 from ..recipes.base import check_override_keys, parse_overrides
-from ..recipes.recipe import VARIANTS, Recipe
+from ..recipes.networks import is_joint, kind_of, networks_of
+from ..recipes.recipe import Recipe
 from ..recipes.registry import get_recipe
 from ..utils import BertologyError, logger
 from .arguments import DataArguments, ModelArguments
@@ -23,21 +24,16 @@ from .input_checks import check_config
 
 
 def checkpoint_variant(path: str):
-    """The variant whose classes wrote checkpoint `path` (from the `auto_map` in its config.json), or None."""
-    config_file = Path(path) / "config.json"
-    if not config_file.is_file():
-        return None
-    config = json.loads(config_file.read_text())
-    classes = {ref.rsplit(".", 1)[-1] for ref in config.get("auto_map", {}).values()}
-    if any(backbone_of_model_class(name) for name in classes) and config.get("objective") in VARIANTS:
-        return VARIANTS[config["objective"]]  # an objective on another encoder (models/composed)
-    return next((v for v in VARIANTS.values() if v.model_class.__name__ in classes), None)
+    """The variant whose classes wrote checkpoint `path` (named in its config.json; an objective on another encoder:
+    the objective's), or None."""
+    kind = kind_of(path)
+    return kind.variant if kind is not None else None
 
 
 def checkpoint_backbone(path: str) -> str | None:
     """The backbone of a composed checkpoint `path` (an objective on another encoder), else None."""
-    auto_map = json.loads((Path(path) / "config.json").read_text()).get("auto_map", {})
-    return next(filter(None, (backbone_of_model_class(ref.rsplit(".", 1)[-1]) for ref in auto_map.values())), None)
+    kind = kind_of(path)
+    return kind.backbone.name if kind is not None and kind.backbone is not None else None
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model")
@@ -150,12 +146,6 @@ def continued_config(recipe: Recipe, source: str, overrides: dict):
     return recipe.config_class.from_dict({**fields, **saved, **(recipe.phase_config or {}), **overrides})
 
 
-def two_networks(recipe: Recipe) -> bool:
-    return bool(
-        recipe.spec.parts.get("replaced_token_detection") or getattr(recipe.config, "replaced_token_detection", False)
-    )
-
-
 ARCHITECTURE_FIELDS = (
     "hidden_size",
     "intermediate_size",
@@ -170,7 +160,7 @@ def fit_generator(recipe: Recipe, model_args: ModelArguments) -> None:
     from the discriminator (ELECTRA: a fraction of the width; DeBERTa-v3: of the depth), so the released one says
     which fraction. Mismatches the joint model cannot hold are one error line."""
     generator = model_args.generator_name_or_path
-    if not two_networks(recipe):
+    if not is_joint(recipe.config):
         raise BertologyError(
             f"--generator_name_or_path is for recipes with two networks (ELECTRA, DeBERTa-v3, electra@… and "
             f"deberta-v3@… cells); --recipe {recipe.name} trains one"
@@ -311,18 +301,17 @@ def settle_recipe(recipe: Recipe, tokenizer, data_args: DataArguments, model_arg
 
 def build_model(recipe: Recipe, model_args: ModelArguments):
     """The pretraining model: the recipe's, freshly initialised, or `--model_name_or_path` with the recipe's config
-    (and `--generator_name_or_path`: a joint model from the two released networks, `export.load_parts`). What the
+    (and `--generator_name_or_path`: a joint model from the two released networks, `joint.load_parts`). What the
     checkpoints do not hold (a head the release does not ship) is initialised and named in one line."""
     source, generator = model_args.model_name_or_path, model_args.generator_name_or_path
     try:
         if generator:
             model = recipe.build_model()
-            parts = {}
-            for part, path in (("discriminator", source), ("generator", generator)):
-                model_class, config, _, _ = part_layout(model, part)
-                parts[part] = _quietly(model_class.from_pretrained, path)
-                _check_part(part, path, config, parts[part].config)
-            missing = load_parts(model, parts["discriminator"], parts["generator"])
+            parts = {}  # --model_name_or_path: the first network (the discriminator), then the generator's
+            for network, path in zip(networks_of(model), (source, generator)):
+                parts[network.name] = _quietly(network.plain_class.from_pretrained, path)
+                _check_part(network.name, path, network.plain_config(model), parts[network.name].config)
+            missing = load_parts(model, parts)
         elif source:
             model, info = _quietly(
                 recipe.model_class.from_pretrained, source, config=recipe.config, output_loading_info=True

@@ -82,13 +82,13 @@ def _load_tokenizer(model_args: ModelArguments):
 
 
 def discriminator_of_joint_run(model_args: ModelArguments) -> None:
-    """A joint run's folder (ELECTRA, DeBERTa-v3, RTD on another encoder: its `config.json` has our joint
-    `model_type`, which transformers refuses) is fine-tuned through the vanilla `discriminator/` every joint run
+    """A joint run's folder (ELECTRA, DeBERTa-v3, RTD on another encoder: `recipes.is_joint`; its `model_type` is our
+    own, which transformers refuses) is fine-tuned through the vanilla `discriminator/` every joint run
     writes, as the papers fine-tune theirs; a joint folder without one (a Trainer `checkpoint-N`) is one error."""
-    from ...export import joint_model_type
+    from ...recipes.networks import is_joint
 
     folder = model_args.model_name_or_path
-    if joint_model_type(folder) is None:
+    if not is_joint(folder):
         return
     part = Path(folder) / "discriminator"
     if not (part / "config.json").is_file():

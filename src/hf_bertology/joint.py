@@ -1,0 +1,233 @@
+"""A joint model's networks (the `Network`s its variant declares: a generator and a discriminator trained together)
+as plain `transformers` models and folders: one network written alone (`plain_part`, `export_part`), two released
+networks read into a joint model (`load_parts`), a joint run's `discriminator/` and `generator/` folders
+(`write_part_folders`), and the config a joint folder's tokenizer is read with (`joint_config`). Every function
+follows the declaration (`recipes.networks_of`) and branches on no family; `bertology export` is export.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+from transformers import AutoTokenizer
+
+from .hub import complete_backbone, write_part_card
+from .recipes.networks import Kind, kind_of, network, networks_of
+from .recipes.recipe import VARIANTS
+from .utils import BertologyError, logger
+
+MODEL_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "config.json")
+
+
+def check_target(output_dir: str | Path, overwrite: bool = False) -> None:
+    """The folder to export into: a path that is a file, or a folder that already holds a model, is refused before
+    any work (`save_pretrained` would replace its weights silently); `overwrite` allows the second."""
+    output_dir = Path(output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise BertologyError(f"{output_dir} is a file, not a folder: give a folder to export into")
+    held = [name for name in MODEL_FILES if (output_dir / name).is_file()]
+    if held and not overwrite:
+        raise BertologyError(
+            f"{output_dir} already holds a model ({', '.join(held)}): choose another folder, or pass --overwrite "
+            "to replace it"
+        )
+
+
+def _write(model, checkpoint: Path, output_dir: Path, tokenizer=None) -> Path:
+    output_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(output_dir, safe_serialization=True)
+    # a masked-LM generator (RoBERTa's, BERT's, ALBERT's) has no pooler and its family's AutoModel has one: the
+    # seeded pooler the discriminator ships too, so that every load gives the same network
+    complete_backbone(model, output_dir)
+    try:
+        tokenizer = tokenizer or AutoTokenizer.from_pretrained(checkpoint, config=joint_config(checkpoint))
+        tokenizer.save_pretrained(output_dir)
+    except (OSError, ValueError):
+        logger.warning("no tokenizer in %s: %s holds only the model", checkpoint, output_dir)
+    return output_dir
+
+
+def _auto_map_class(checkpoint: Path) -> str:
+    """The pretraining class `checkpoint`'s config.json names; a folder without a readable one is one error line."""
+    try:
+        config = json.loads((checkpoint / "config.json").read_text())
+    except (OSError, ValueError):
+        raise BertologyError(f"{checkpoint} is not a checkpoint folder (no readable config.json)") from None
+    return config.get("auto_map", {}).get("AutoModelForPreTraining", "")
+
+
+# Parameters a plain class has and the pretraining objective never trains (a pooler no loss reaches): kept at the
+# plain class's own initialisation, drawn from a fixed seed, so every load of the folder gives the same network.
+UNTRAINED = (".pooler.",)
+
+
+def fill_by_name(model, state: dict, prefix: str, rename: dict[str, str] | None = None) -> list[str]:
+    """Load every parameter of the plain `model` from `state[prefix + name]` (`rename` maps the plain class's names
+    to the joint model's where they differ). Driven by the plain class's names, so modules that only the joint
+    model has (an extra generator head, GDES's Δ) are left out and returned; a parameter the plain class needs and
+    the joint model lacks stops the export, unless the objective never trains it (`UNTRAINED`): that one keeps the
+    model's (seeded) initialisation."""
+
+    def source(name: str) -> str:
+        return _joint_name(name, prefix, rename)
+
+    wanted = {name: state[source(name)] for name in model.state_dict() if source(name) in state}
+    absent = [n for n in model.state_dict() if n not in wanted and not any(u in f".{n}" for u in UNTRAINED)]
+    if absent:
+        raise BertologyError(f"the joint model has no weights for the plain {type(model).__name__}: {absent[:3]}")
+    model.load_state_dict(wanted, strict=False)
+    used = {source(name) for name in wanted}
+    return sorted(k for k in state if k.startswith(prefix) and k not in used)
+
+
+def _seeded(build):
+    """`build()` under a fixed seed, leaving the global random state as it was."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return build()
+
+
+def _joint_name(name: str, prefix: str, rename: dict[str, str] | None) -> str:
+    """Where the plain part's weight `name` lives in the joint model."""
+    old = next((old for old in rename or {} if name.startswith(old)), None)
+    return prefix + (rename[old] + name[len(old) :] if old is not None else name)
+
+
+def plain_part(joint, part: str):
+    """Network `part` ("discriminator" or "generator") of a loaded joint model as the plain `transformers` class a
+    user loads (`Network.plain_class`), with its weights."""
+    declared = network(joint, part)
+    model = _seeded(lambda: declared.plain_class(declared.plain_config(joint)))
+    # the weights under this network's prefix that are another network's (ELECTRA's discriminator is at the top)
+    others = tuple(n.prefix for n in networks_of(joint) if n.prefix != declared.prefix)
+    others = tuple(prefix for prefix in others if prefix.startswith(declared.prefix))
+    state = {k: v for k, v in joint.state_dict().items() if not k.startswith(others)}
+    # the joint state dict names shared tables under every module that uses them and merges GDES's E_G + Δ
+    left_out = fill_by_name(model, state, declared.prefix, declared.rename)
+    if left_out:
+        logger.info("the plain %s has no place for %s", declared.plain_class.__name__, ", ".join(left_out[:5]))
+    return model
+
+
+def load_parts(joint, parts: Mapping[str, torch.nn.Module]) -> list[str]:
+    """Start the joint model from released networks (plain models, by network name), the inverse of `plain_part`:
+    each plain weight goes where `plain_part` takes it from. A table the joint model shares between its networks
+    (ELECTRA's embeddings, DeBERTa's ES) takes the first network's values (the discriminator's), as the official code
+    holds one table; under GDES the generator keeps its table and Δ is set to the discriminator's minus it. Returns
+    the joint model's weights that no part holds (they keep their initialisation: a head the release does not
+    ship)."""
+    params = joint.state_dict(keep_vars=True)
+    networks = networks_of(joint)
+    first = networks[0].name
+    values, owner = {}, {}
+    for declared in reversed(networks):  # the first (the discriminator) last
+        for name, value in parts[declared.name].state_dict().items():
+            key = _joint_name(name, declared.prefix, declared.rename)
+            if key in params:
+                values[key], owner[key] = value, declared.name
+    tied: dict[int, list[str]] = {}
+    for key, param in params.items():
+        tied.setdefault(id(param), []).append(key)
+    differ = []
+    for keys in tied.values():  # one tensor under several names: the first network's value for all of them
+        given = [k for k in keys if k in values]
+        chosen = next((k for k in given if owner[k] == first), given[0] if given else None)
+        if chosen is None or len(keys) == 1:
+            continue
+        differ += [k for k in given if not torch.equal(values[k], values[chosen])]
+        values.update(dict.fromkeys(keys, values[chosen]))
+    if differ:
+        logger.info(
+            "the generator's %s differ from the discriminator's: the joint model shares the "
+            "discriminator's, as the official code does",
+            ", ".join(sorted(differ)[:3]),
+        )
+    with torch.no_grad():
+        joint.load_state_dict(values, strict=False)
+        for slot, table, delta in getattr(joint, "gdes_pairs", list)():
+            delta.copy_(slot - table)  # E_G + Δ = E_D, within an fp32 rounding (docs/pretraining.md)
+    initialised = {k for k in params if k not in values}
+    initialised -= {f"{name}.delta" for name, m in joint.named_modules() if hasattr(m, "delta")}  # set just above
+    return sorted(initialised)
+
+
+def export_part(
+    checkpoint: str | Path, output_dir: str | Path, part: str, kind: Kind | None = None, name: str | None = None
+) -> Path:
+    """Write network `part` of the joint model in `checkpoint` to `output_dir` as a plain folder, with its card.
+    `kind`: what the checkpoint must hold (default: what its config.json names); `name`: what errors call it. A
+    folder that is not such a checkpoint (a weight missing that no network `may_lack`) is one error line."""
+    checkpoint, output_dir = Path(checkpoint), Path(output_dir)
+    pretraining_class = _auto_map_class(checkpoint)
+    kind = kind or kind_of(checkpoint)
+    if kind is None or not kind.networks:
+        raise BertologyError(
+            f"{checkpoint} has no generator and discriminator: only ELECTRA, DeBERTa-v3 and replaced-token-detection "
+            f"objectives on another encoder written by hf_bertology have two networks (its pretraining class: "
+            f"{pretraining_class or 'none'})"
+        )
+    network(kind, part)  # an unknown part: one line before any loading
+    name = name or kind.label
+    try:
+        joint, info = kind.model_class.from_pretrained(checkpoint, output_loading_info=True)
+    except Exception as err:
+        raise BertologyError(f"could not load a joint {name} model from {checkpoint} ({err})") from None
+    optional = [n.prefix + key for n in networks_of(joint) for key in n.may_lack]
+    missing = set(info["missing_keys"]) - set(optional)
+    if missing:
+        raise BertologyError(
+            f"{checkpoint} is not a joint {name} checkpoint written by hf_bertology (missing e.g. {sorted(missing)[0]})"
+        )
+    model = plain_part(joint, part)
+    logger.info("writing the %s %s (%s) to %s", name, part, type(model).__name__, output_dir)
+    _write(model, checkpoint, output_dir)
+    write_part_card(output_dir, part, recipe=checkpoint.name, variant=kind.label, corpus=f"see `{checkpoint}`")
+    return output_dir
+
+
+def export_electra(checkpoint: str | Path, output_dir: str | Path, part: str = "discriminator") -> Path:
+    """Write the ELECTRA `part` ("discriminator" or "generator") of joint `checkpoint` to `output_dir`."""
+    return export_part(checkpoint, output_dir, part, kind_of(VARIANTS["electra"]), "ELECTRA")
+
+
+def export_deberta_v3(checkpoint: str | Path, output_dir: str | Path, part: str = "generator") -> Path:
+    """Write the DeBERTa-v3 `part` ("discriminator" or "generator") of joint `checkpoint` to `output_dir`."""
+    return export_part(checkpoint, output_dir, part, kind_of(VARIANTS["deberta-v3"]), "DeBERTa-v3")
+
+
+def export_composed(checkpoint: str | Path, output_dir: str | Path, part: str = "generator") -> Path:
+    """Write the generator (the family's `*ForMaskedLM`) or the discriminator (the family's base model; under GDES
+    its word table is E_G + Δ) of an RTD objective on another encoder (`models/composed`) to `output_dir`."""
+    pretraining_class = _auto_map_class(Path(checkpoint))
+    kind = kind_of(checkpoint)
+    if kind is None or kind.backbone is None:
+        raise BertologyError(f"{checkpoint} holds no objective on another encoder ({pretraining_class or 'no class'})")
+    return export_part(checkpoint, output_dir, part)
+
+
+def joint_config(folder: str | Path):
+    """The config of a joint run's `folder` read by our class (the family's `model_type` in memory), else None.
+    `AutoTokenizer` needs a config: given none, it would build one for a `model_type` transformers does not know
+    (asking about remote code, then warning of a type mismatch)."""
+    kind = kind_of(folder)
+    return kind.config_class.from_pretrained(folder) if kind is not None and kind.networks else None
+
+
+def write_part_folders(
+    model, tokenizer, output_dir: str | Path, shown_in: str | Path | None = None, **card
+) -> list[Path]:
+    """The end of a joint run: a vanilla folder a network (`output_dir/discriminator`, `output_dir/generator`: the
+    layout of the papers' released checkpoints), each with its model card (`card`: `hub.write_part_card`'s fields;
+    the cards name `shown_in/part` when the folder is written aside). A model with one network writes nothing. The
+    joint folder itself stays as it is (resuming and export read it)."""
+    folders = []
+    for declared in networks_of(model):
+        folder = Path(output_dir) / declared.name
+        shutil.rmtree(folder, ignore_errors=True)  # ours: the parts of an earlier run into this folder
+        _write(plain_part(model, declared.name), Path(output_dir), folder, tokenizer)
+        write_part_card(folder, declared.name, shown_as=Path(shown_in) / declared.name if shown_in else None, **card)
+        folders.append(folder)
+    return folders
