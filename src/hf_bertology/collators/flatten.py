@@ -8,7 +8,7 @@ example's offset, per-example keys (`next_sentence_label`) stay `(B,)` and `atte
 Trainer's counts are the padded batch's. `PaddingFreeCollator` wraps a padded collator (the same draws) and
 flattens; it and `TargetPositionsCollator` (padded batches) add `target_positions` and `sbo_target_positions`, the
 flat indices of the labelled tokens, computed on the host so that no sparse head syncs with the device. Why, and
-what it saves: docs/speed.md ("Padding-free batches") and docs/ARCHITECTURE.md ("No host sync in a training step").
+what it saves: docs/speed.md ("Padding-free batches") and docs/internals.md ("No host sync in a training step").
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ class Variant:
     networks: tuple[Network, ...] = ()
 
 
-# Encoder sizes (ARCHITECTURE.md): the papers' base/large, a CPU demo (mini) and a test size (tiny).
+# Encoder sizes: the papers' base/large, a CPU demo (mini) and a test size (tiny).
 SIZES: dict[str, dict[str, int]] = {
     "base": {"num_hidden_layers": 12, "hidden_size": 768, "num_attention_heads": 12, "intermediate_size": 3072},
     "large": {"num_hidden_layers": 24, "hidden_size": 1024, "num_attention_heads": 16, "intermediate_size": 4096},

@@ -6,7 +6,7 @@ boundaries of a padding-free batch (`cu_seq_lens_q`, `max_length_q`; `collators.
 copied. `sdpa_packed`, registered here: FlashAttention's variable-length kernel on CUDA in bf16/fp16, else one SDPA
 call on the examples re-padded (MosaicBERT's layout); plain SDPA for padded batches; ModernBERT's `sliding_window`
 in both. `configure_attention` picks the kernel and the batches of a run. Why, and what is measured: docs/speed.md
-("Padding-free batches") and docs/ARCHITECTURE.md.
+("Padding-free batches") and docs/internals.md.
 """
 
 from __future__ import annotations
