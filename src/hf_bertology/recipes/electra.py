@@ -9,7 +9,7 @@ from transformers import ElectraForMaskedLM, ElectraForPreTraining
 from ..collators import DataCollatorForMaskedLM
 from ..models.configuration_electra import BertologyElectraConfig, discriminator_config, generator_config
 from ..models.modeling_electra import BertologyElectraForPreTraining
-from .base import Network, Variant, make_preset
+from .base import SMALL_DATA, Network, Variant, make_preset
 
 
 def electra_max_predictions(mask_prob: float, max_seq_length: int) -> int:
@@ -49,54 +49,37 @@ ELECTRA_TRAINING = {
 ELECTRA_SMALL = {"num_hidden_layers": 12, "hidden_size": 256, "num_attention_heads": 4, "intermediate_size": 1024}
 
 
+# Per preset, Table 6 (configure_pretraining.py for the length): (encoder, its changes, length, lr, batch, steps). The
+# generator is 1/4, 1/3, 1/4 of the discriminator; mask 15/15/25%; uncased WordPiece 30522.
+ELECTRA_PAPER = {
+    "small": ("base", {**ELECTRA_SMALL, "embedding_size": 128}, 128, 5e-4, 128, 1_000_000),
+    "base": ("base", {"embedding_size": 768, "generator_hidden_fraction": 1 / 3}, 512, 2e-4, 256, 766_000),
+    "large": ("large", {"embedding_size": 1024, "mlm_probability": 0.25}, 512, 2e-4, 2048, 400_000),
+}
+
+
+def _electra_preset(
+    size: str,
+    config: dict,
+    length: int | None = None,
+    lr: float | None = None,
+    batch: int | None = None,
+    steps: int | None = None,
+) -> dict:
+    """An ELECTRA preset with the official prediction cap for its mask rate and length. A row of `ELECTRA_PAPER`
+    (`length` given) also takes its schedule, the uncased WordPiece vocabulary and that length; a small size, those
+    of `SMALL_DATA`."""
+    mask = config.get("mlm_probability", 0.15)  # the config's default; Table 6's 15% but for large
+    cap = electra_max_predictions(mask, length or SMALL_DATA[size]["max_seq_length"])
+    config = {**config, "max_predictions_per_seq": cap}
+    if length is None:
+        return make_preset("electra", size, config, ELECTRA_TRAINING)
+    training = {**ELECTRA_TRAINING, "learning_rate": lr, "per_device_train_batch_size": batch, "max_steps": steps}
+    return make_preset("electra", size, config, training, vocab_size=30522, max_seq_length=length)
+
+
 PRESETS: dict[str, dict[str, Any]] = {
-    # ELECTRA (Table 6): generator 1/4, 1/3, 1/4 of the discriminator; mask 15/15/25%; uncased WordPiece 30522.
-    "electra-small": make_preset(
-        "electra",
-        "base",
-        {**ELECTRA_SMALL, "embedding_size": 128, "max_predictions_per_seq": electra_max_predictions(0.15, 128)},
-        {**ELECTRA_TRAINING, "learning_rate": 5e-4, "per_device_train_batch_size": 128, "max_steps": 1_000_000},
-        vocab_size=30522,
-        max_seq_length=128,
-    ),
-    "electra-base": make_preset(
-        "electra",
-        "base",
-        {
-            "embedding_size": 768,
-            "generator_hidden_fraction": 1 / 3,
-            "max_predictions_per_seq": electra_max_predictions(0.15, 512),
-        },
-        {**ELECTRA_TRAINING, "learning_rate": 2e-4, "per_device_train_batch_size": 256, "max_steps": 766_000},
-        vocab_size=30522,
-        max_seq_length=512,
-    ),
-    "electra-large": make_preset(
-        "electra",
-        "large",
-        {
-            "embedding_size": 1024,
-            "mlm_probability": 0.25,
-            "max_predictions_per_seq": electra_max_predictions(0.25, 512),
-        },
-        {**ELECTRA_TRAINING, "learning_rate": 2e-4, "per_device_train_batch_size": 2048, "max_steps": 400_000},
-        vocab_size=30522,
-        max_seq_length=512,
-    ),
-    "electra-mini": make_preset(
-        "electra",
-        "mini",
-        {"embedding_size": 128, "max_predictions_per_seq": electra_max_predictions(0.15, 128)},
-        ELECTRA_TRAINING,
-    ),
-    "electra-tiny": make_preset(
-        "electra",
-        "tiny",
-        {
-            "embedding_size": 32,
-            "max_position_embeddings": 64,
-            "max_predictions_per_seq": electra_max_predictions(0.15, 64),
-        },
-        ELECTRA_TRAINING,
-    ),
+    **{f"electra-{name}": _electra_preset(*row) for name, row in ELECTRA_PAPER.items()},
+    "electra-mini": _electra_preset("mini", {"embedding_size": 128}),
+    "electra-tiny": _electra_preset("tiny", {"embedding_size": 32, "max_position_embeddings": 64}),
 }

@@ -7,7 +7,7 @@ from typing import Any
 from ..collators import DataCollatorForMaskedLM
 from ..models.configuration_roberta import BertologyRobertaConfig
 from ..models.modeling_roberta import BertologyRobertaForPreTraining
-from .base import Variant, make_preset
+from .base import SMALL_DATA, Variant, make_preset
 
 VARIANT = Variant(
     "roberta",
@@ -33,28 +33,21 @@ ROBERTA_TRAINING = {
 }
 
 
+# RoBERTa-base/large (Table 9): (peak lr, warmup steps); 50K byte-level BPE (50265 in the HF vocab) at length 512.
+ROBERTA_SCHEDULES = {"base": (6e-4, 24_000), "large": (4e-4, 30_000)}
+
+
+def _roberta_preset(size: str) -> dict:
+    """A RoBERTa preset: one token type, positions for its length + 2 (the padding offset: 514 at 512)."""
+    length = SMALL_DATA[size]["max_seq_length"] if size in SMALL_DATA else 512
+    config = {"max_position_embeddings": length + 2, "type_vocab_size": 1}
+    if size in SMALL_DATA:
+        return make_preset("roberta", size, config, ROBERTA_TRAINING)
+    lr, warmup = ROBERTA_SCHEDULES[size]
+    training = {**ROBERTA_TRAINING, "learning_rate": lr, "warmup_steps": warmup}
+    return make_preset("roberta", size, config, training, vocab_size=50265, max_seq_length=length)
+
+
 PRESETS: dict[str, dict[str, Any]] = {
-    # RoBERTa-base/large: 50K byte-level BPE (50265 in the HF vocab), 514 positions (pad offset), one token type.
-    "roberta-base": make_preset(
-        "roberta",
-        "base",
-        {"max_position_embeddings": 514, "type_vocab_size": 1},
-        {**ROBERTA_TRAINING, "learning_rate": 6e-4, "warmup_steps": 24_000},
-        vocab_size=50265,
-        max_seq_length=512,
-    ),
-    "roberta-large": make_preset(
-        "roberta",
-        "large",
-        {"max_position_embeddings": 514, "type_vocab_size": 1},
-        {**ROBERTA_TRAINING, "learning_rate": 4e-4, "warmup_steps": 30_000},
-        vocab_size=50265,
-        max_seq_length=512,
-    ),
-    "roberta-mini": make_preset(
-        "roberta", "mini", {"max_position_embeddings": 130, "type_vocab_size": 1}, ROBERTA_TRAINING
-    ),
-    "roberta-tiny": make_preset(
-        "roberta", "tiny", {"max_position_embeddings": 66, "type_vocab_size": 1}, ROBERTA_TRAINING
-    ),
+    f"roberta-{size}": _roberta_preset(size) for size in ("base", "large", "mini", "tiny")
 }
