@@ -9,6 +9,8 @@ extra fields are the objective's: n-gram masking (`create_pretraining_data.py`, 
 
 from transformers import AlbertConfig
 
+from .configuration_recipe import set_fields
+
 
 class BertologyAlbertConfig(AlbertConfig):
     r"""
@@ -68,18 +70,5 @@ class BertologyAlbertConfig(AlbertConfig):
             raise ValueError("mask_replace_prob and random_replace_prob must be >= 0 and sum to at most 1")
         if not 0.0 <= short_seq_prob <= 1.0 or not 0.0 <= sop_swap_prob <= 1.0:
             raise ValueError("short_seq_prob and sop_swap_prob must be probabilities")
-        self.mlm_probability = mlm_probability
-        self.max_predictions_per_seq = max_predictions_per_seq
-        self.masking_scheme = masking_scheme
-        self.span_distribution = span_distribution
-        self.span_lower = span_lower
-        self.span_upper = span_upper
-        self.geometric_p = geometric_p
-        self.replacement_level = replacement_level
-        self.mask_replace_prob = mask_replace_prob
-        self.random_replace_prob = random_replace_prob
-        self.random_token_distribution = random_token_distribution
-        self.input_format = input_format
-        self.short_seq_prob = short_seq_prob
-        self.sop_swap_prob = sop_swap_prob
+        set_fields(self, locals())
         super().__init__(**kwargs)

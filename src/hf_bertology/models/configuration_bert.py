@@ -7,7 +7,7 @@ trained and `DataCollatorForMaskedLM.from_config(config, tokenizer)` rebuilds th
 
 from transformers import BertConfig
 
-from .configuration_recipe import check_masking
+from .configuration_recipe import check_masking, set_fields
 
 
 class BertologyBertConfig(BertConfig):
@@ -52,13 +52,5 @@ class BertologyBertConfig(BertConfig):
         check_masking(mlm_probability, mask_replace_prob, random_replace_prob, max_predictions_per_seq)
         if not 0.0 <= short_seq_prob <= 1.0 or not 0.0 <= nsp_random_prob <= 1.0:
             raise ValueError("short_seq_prob and nsp_random_prob must be probabilities")
-        self.mlm_probability = mlm_probability
-        self.max_predictions_per_seq = max_predictions_per_seq
-        self.predictions_follow_length = predictions_follow_length
-        self.mask_replace_prob = mask_replace_prob
-        self.random_replace_prob = random_replace_prob
-        self.whole_word_mask = whole_word_mask
-        self.input_format = input_format
-        self.short_seq_prob = short_seq_prob
-        self.nsp_random_prob = nsp_random_prob
+        set_fields(self, locals())
         super().__init__(**kwargs)

@@ -8,7 +8,7 @@ run's config.json says `bertology-electra-joint` (`configuration_recipe.JointCon
 
 from transformers import ElectraConfig
 
-from .configuration_recipe import JointConfig, check_masking, plain_config
+from .configuration_recipe import JointConfig, check_masking, plain_config, set_fields
 
 # What config.json of a joint run says (`to_diff_dict`); `get_config_dict` reads it back as ElectraConfig's type.
 JOINT_MODEL_TYPE = "bertology-electra-joint"
@@ -89,19 +89,7 @@ class BertologyElectraConfig(JointConfig, ElectraConfig):
                     "two-stage training initialises the discriminator from the generator, so both must have the "
                     f"same size: set generator_hidden_fraction=1.0 (got {generator_hidden_fraction})"
                 )
-        self.generator_hidden_fraction = generator_hidden_fraction
-        self.mlm_probability = mlm_probability
-        self.max_predictions_per_seq = max_predictions_per_seq
-        self.predictions_follow_length = predictions_follow_length
-        self.mask_replace_prob = mask_replace_prob
-        self.random_replace_prob = random_replace_prob
-        self.whole_word_mask = whole_word_mask
-        self.generator_weight = generator_weight
-        self.discriminator_weight = discriminator_weight
-        self.sampling_temperature = sampling_temperature
-        self.disallow_correct = disallow_correct
-        self.two_stage_generator_steps = two_stage_generator_steps
-        self.input_format = input_format
+        set_fields(self, locals())
         super().__init__(**kwargs)
         if (
             two_stage_generator_steps is not None

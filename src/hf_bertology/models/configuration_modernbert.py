@@ -11,7 +11,7 @@ of every number and its official source: docs/recipes/modernbert.md.
 
 from transformers import ModernBertConfig
 
-from .configuration_recipe import check_masking
+from .configuration_recipe import check_masking, set_fields
 
 
 class BertologyModernBertConfig(ModernBertConfig):
@@ -52,12 +52,5 @@ class BertologyModernBertConfig(ModernBertConfig):
             raise ValueError(f"masking_draw must be 'bernoulli' or 'exact', got {masking_draw!r}")
         if attention_output_dropout is not None and not 0.0 <= attention_output_dropout < 1.0:
             raise ValueError(f"attention_output_dropout must be in [0, 1), got {attention_output_dropout}")
-        self.mlm_probability = mlm_probability
-        self.max_predictions_per_seq = max_predictions_per_seq
-        self.mask_replace_prob = mask_replace_prob
-        self.random_replace_prob = random_replace_prob
-        self.whole_word_mask = whole_word_mask
-        self.masking_draw = masking_draw
-        self.attention_output_dropout = attention_output_dropout
-        self.input_format = input_format
+        set_fields(self, locals())
         super().__init__(**kwargs)

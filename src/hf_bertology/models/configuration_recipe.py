@@ -21,6 +21,14 @@ def check_masking(mlm_probability, mask_replace_prob, random_replace_prob, max_p
         raise ValueError(f"max_predictions_per_seq must be >= 1 or None, got {max_predictions_per_seq}")
 
 
+def set_fields(config, init_locals: dict) -> None:
+    """Set a recipe config's own fields, the arguments of its `__init__` (read from that `__init__`'s `locals()`,
+    which hold nothing else at the call); `**kwargs` goes on to the family's config."""
+    for name, value in init_locals.items():
+        if name not in ("self", "kwargs", "__class__"):
+            setattr(config, name, value)
+
+
 class JointConfig:
     """Mixed in before a family's config: `config.json` says `joint_model_type` (`{}`: the family's type) wherever
     `writes_joint_type` is true, and reads back as the family's type."""

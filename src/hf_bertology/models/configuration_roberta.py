@@ -7,7 +7,7 @@ next-sentence prediction, FULL-SENTENCES blocks (§4.2 of the paper; fairseq `sa
 
 from transformers import RobertaConfig
 
-from .configuration_recipe import check_masking
+from .configuration_recipe import check_masking, set_fields
 
 
 class BertologyRobertaConfig(RobertaConfig):
@@ -35,10 +35,5 @@ class BertologyRobertaConfig(RobertaConfig):
         **kwargs,
     ):
         check_masking(mlm_probability, mask_replace_prob, random_replace_prob, max_predictions_per_seq)
-        self.mlm_probability = mlm_probability
-        self.max_predictions_per_seq = max_predictions_per_seq
-        self.mask_replace_prob = mask_replace_prob
-        self.random_replace_prob = random_replace_prob
-        self.whole_word_mask = whole_word_mask
-        self.input_format = input_format
+        set_fields(self, locals())
         super().__init__(**kwargs)

@@ -9,6 +9,8 @@ The architecture is BERT's and `model_type` stays "bert" (as the released SpanBE
 
 from transformers import BertConfig
 
+from .configuration_recipe import set_fields
+
 
 class BertologySpanBertConfig(BertConfig):
     r"""
@@ -76,19 +78,5 @@ class BertologySpanBertConfig(BertConfig):
             raise ValueError("mask_replace_prob and random_replace_prob must be >= 0 and sum to at most 1")
         if sbo_max_targets < 1 or sbo_position_embedding_size < 1 or sbo_loss_weight < 0:
             raise ValueError("sbo_max_targets and sbo_position_embedding_size must be >= 1, sbo_loss_weight >= 0")
-        self.mlm_probability = mlm_probability
-        self.masking_scheme = masking_scheme
-        self.span_distribution = span_distribution
-        self.geometric_p = geometric_p
-        self.span_lower = span_lower
-        self.span_upper = span_upper
-        self.replacement_level = replacement_level
-        self.mask_replace_prob = mask_replace_prob
-        self.random_replace_prob = random_replace_prob
-        self.random_token_distribution = random_token_distribution
-        self.max_predictions_per_seq = max_predictions_per_seq
-        self.sbo_loss_weight = sbo_loss_weight
-        self.sbo_max_targets = sbo_max_targets
-        self.sbo_position_embedding_size = sbo_position_embedding_size
-        self.input_format = input_format
+        set_fields(self, locals())
         super().__init__(**kwargs)
