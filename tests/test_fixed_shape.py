@@ -91,14 +91,14 @@ def test_electra_sampled_accuracy_counts_real_targets_only(setups, monkeypatch):
     """ELECTRA's `sampled_accuracy` over a fixed-shape batch's padded targets equals the padded layout's. The
     equality above cannot see it when no sample hits its target (likely at tiny sizes), so every sample here is the
     batch's most common target: a known non-zero share."""
-    from hf_bertology.models import modeling_electra
+    from hf_bertology.models import replaced_token_detection
 
     recipe = setups["electra"][0]
     padded, fixed = next(_first_steps(setups["electra"], 1))
     targets = padded["labels"][padded["labels"] != -100]
     common = targets.mode().values
     monkeypatch.setattr(
-        modeling_electra, "gumbel_sample", lambda logits, *_: torch.full_like(logits[:, 0], common).long()
+        replaced_token_detection, "gumbel_sample", lambda logits, *_: torch.full_like(logits[:, 0], common).long()
     )
     model = set_attention(recipe.build_model(), PACKED_ATTENTION).train()
     want = (targets == common).float().mean()

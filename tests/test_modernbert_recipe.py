@@ -532,7 +532,7 @@ def test_docs_record_every_recipe_number():
     text = (Path(__file__).parents[1] / "docs" / "recipes" / "modernbert.md").read_text()
     for needle in ("decouple_lr", "4928", "tile_weights_from_middle", "batch_size_warmup_tokens", "160000", "10000"):
         assert needle in text, needle
-    for module in (configuration_modernbert, recipes):
+    for module in (configuration_modernbert, recipes.modernbert):  # the config and the recipe module
         assert "docs/recipes/modernbert.md" in module.__doc__ or "docs/recipes/modernbert.md" in inspect.getsource(
             module
         )
