@@ -211,7 +211,9 @@ def test_card_names_the_hub_dataset_and_the_repo(tmp_path):
     model = recipe.build_model()
     (tmp_path / "generator").mkdir()
     (tmp_path / "generator" / "config.json").write_text(json.dumps({"architectures": ["ElectraForMaskedLM"]}))
-    card = write_model_card(tmp_path, model, "electra-tiny", "electra", "`wikitext`", dataset_name="wikitext")
+    card = write_model_card(
+        tmp_path, model, "electra-tiny", "electra", "`wikitext`", dataset_name="wikitext", networks=recipe.networks
+    )
     text = card.read_text()
     assert "datasets:\n- wikitext" in text.split("---")[1]
     pushed = card_for_repo(text, "me/electra")
@@ -248,8 +250,9 @@ def test_exported_parts_are_the_joint_networks_and_resizable(recipe, tmp_path):
     joint = recipe_.build_model().eval()
     joint.generator.extra_head = torch.nn.Linear(4, 4)  # a module plain transformers has no name for
     ids = torch.randint(5, 120, (2, 12), generator=torch.Generator().manual_seed(0))
-    for part in ("generator", "discriminator"):
-        plain_part(joint, part).save_pretrained(tmp_path / part)
+    for network in reversed(recipe_.networks):  # the generator, then the discriminator
+        part = network.name
+        plain_part(joint, network, recipe_.networks).save_pretrained(tmp_path / part)
         plain_class = json.loads((tmp_path / part / "config.json").read_text())["architectures"][0]
         model, info = getattr(transformers, plain_class).from_pretrained(tmp_path / part, output_loading_info=True)
         assert not info["missing_keys"] and not info["unexpected_keys"], (part, info)
@@ -296,8 +299,9 @@ def test_a_generator_folder_loads_under_automodel_with_nothing_random(recipe, tm
 
     (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]))
     tokenizer = BertTokenizerFast(vocab_file=str(tmp_path / "vocab.txt"))
-    joint = hb.get_recipe(recipe, vocab_size=120).build_model()
-    write_part_folders(joint, tokenizer, tmp_path / "run")
+    recipe_ = hb.get_recipe(recipe, vocab_size=120)
+    joint = recipe_.build_model()
+    write_part_folders(joint, recipe_.networks, tokenizer, tmp_path / "run")
     for part in ("generator", "discriminator"):
         first, info = AutoModel.from_pretrained(tmp_path / "run" / part, output_loading_info=True)
         assert not info["missing_keys"], (part, info)

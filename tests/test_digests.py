@@ -114,9 +114,9 @@ def digest(case: str, corpus, workdir: Path) -> dict:
     with torch.no_grad():
         outputs = output_digest(model(**batch))
     folder = workdir / case.replace("@", "_at_").replace("+", "_")
-    hub.save_folder(model, tokenizer, folder)
+    hub.save_folder(model, tokenizer, folder, recipe.networks)
     folders = {"": folder_digest(folder)}
-    for part in write_part_folders(model, tokenizer, folder):
+    for part in write_part_folders(model, recipe.networks, tokenizer, folder):
         folders[part.name] = folder_digest(part)
     return {"folders": folders, "outputs": outputs}
 

@@ -23,6 +23,7 @@ from hf_bertology.models.modeling_electra import (
     BertologyElectraForPreTraining,
 )
 from hf_bertology.models.replaced_token_detection import binary_auc
+from hf_bertology.recipes.networks import networks_of
 from hf_bertology.training.callbacks import ElectraTwoStageCallback, callbacks_for
 from hf_bertology.training.trainer import BertologyTrainer
 from model_tester import TINY_CONFIGS
@@ -340,8 +341,8 @@ def test_two_stage_switch(tmp_path):
     assert out.rtd_loss is None and torch.equal(out.loss, out.mlm_loss)
 
     callback = ElectraTwoStageCallback()
-    assert [type(c) for c in callbacks_for(model)] == [ElectraTwoStageCallback]
-    assert callbacks_for(tiny_model()) == []
+    assert [type(c) for c in callbacks_for(model, networks_of(model))] == [ElectraTwoStageCallback]
+    assert callbacks_for(tiny_model(), networks_of(model)) == []
     callback.on_step_begin(None, SimpleNamespace(global_step=1), None, model=model)
     assert model.training_stage == "generator"
     callback.on_step_begin(None, SimpleNamespace(global_step=2), None, model=model)
@@ -392,7 +393,7 @@ def test_two_stage_in_the_trainer(tmp_path, tokenizer):
         ),
         train_dataset=[{"input_ids": ids} for ids in encoded],
         data_collator=recipe.build_collator(tokenizer, seed=0),
-        callbacks=callbacks_for(model),
+        callbacks=callbacks_for(model, recipe.networks),
     )
     trainer.train()
     logs = [log for log in trainer.state.log_history if "loss" in log]

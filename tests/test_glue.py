@@ -515,14 +515,15 @@ def test_a_joint_run_folder_fine_tunes_its_discriminator(tiny_model, tmp_path, c
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     torch.manual_seed(0)
-    model = hb.get_recipe("electra-tiny", vocab_size=len(tokenizer)).build_model()
+    recipe = hb.get_recipe("electra-tiny", vocab_size=len(tokenizer))
+    model = recipe.build_model()
     joint = tmp_path / "electra"
     model.save_pretrained(joint)  # what the Trainer writes into checkpoint-N: no part folders
     tokenizer.save_pretrained(joint)
     data = _sst2_folder(tmp_path / "SST-2")
     with pytest.raises(BertologyError, match="no discriminator/ folder.*bertology export --part discriminator"):
         main(_run_args(str(joint), tmp_path / "o1", "--task_name", "sst2", "--data_dir", str(data), "--do_train"))
-    write_part_folders(model, tokenizer, joint)
+    write_part_folders(model, recipe.networks, tokenizer, joint)
     capfd.readouterr()
     assert main(_run_args(str(joint), tmp_path / "o2", "--task_name", "sst2", "--data_dir", str(data),
                           "--do_train", "--do_eval")) == 0  # fmt: skip

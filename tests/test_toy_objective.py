@@ -127,11 +127,12 @@ def test_a_run_folder_writes_both_networks_as_plain_transformers_folders(toy, be
     """What `bertology pretrain` writes at the end of the run (training/outputs.py), in its order."""
     model, run = toy_model(len(bert_tokenizer)), tmp_path / "run"
     assert plain_class_of(model) is BertModel  # a one-network model would be written as a BertModel ...
-    save_folder(model, bert_tokenizer, run)
+    networks = Recipe("toy-tiny", "toy", model.config, {}, len(bert_tokenizer), 64).networks  # the row's, as a run's
+    save_folder(model, bert_tokenizer, run, networks)
     assert json.loads((run / "config.json").read_text())["architectures"] == ["ToyJointForPreTraining"]  # ... not so
-    folders = write_part_folders(model, bert_tokenizer, run, recipe="toy-tiny", variant="toy", corpus="c")
+    folders = write_part_folders(model, networks, bert_tokenizer, run, recipe="toy-tiny", variant="toy", corpus="c")
     assert folders == [run / "discriminator", run / "generator"]
-    write_model_card(run, model, recipe="toy-tiny", variant="toy", corpus="c")
+    write_model_card(run, model, recipe="toy-tiny", variant="toy", corpus="c", networks=networks)
     card = (run / "README.md").read_text()
     assert "**two networks**" in card and "the discriminator, `BertModel`" in card
     assert "the generator, `BertForMaskedLM`" in card
@@ -158,7 +159,7 @@ def test_export_and_the_released_parts_read_back(toy, bert_tokenizer, tmp_path, 
     """`bertology export --part` (and its old name) writes each network; `--generator_name_or_path` starts a joint
     model from the two folders (`build_model`), every weight of theirs in place and only the joint head new."""
     model, run = toy_model(len(bert_tokenizer)), tmp_path / "run"
-    save_folder(model, bert_tokenizer, run)
+    save_folder(model, bert_tokenizer, run, networks_of(model))
     for part in ("discriminator", "generator"):
         export_part(run, tmp_path / part, part)
     assert cli.main(["export", "--electra-part", "generator", str(run), str(tmp_path / "old-flag")]) == 0
@@ -175,7 +176,7 @@ def test_export_and_the_released_parts_read_back(toy, bert_tokenizer, tmp_path, 
     original, started = model.state_dict(), joint.state_dict()
     assert [key for key in started if not torch.equal(started[key], original[key])] == ["replaced.weight"]  # new
     fresh = toy_model(len(bert_tokenizer), seed=2)
-    assert load_parts(fresh, {"discriminator": model.bert, "generator": model.mlm}) == [
+    assert load_parts(fresh, recipe.networks, {"discriminator": model.bert, "generator": model.mlm}) == [
         "replaced.bias",
         "replaced.weight",
     ]
@@ -184,10 +185,10 @@ def test_export_and_the_released_parts_read_back(toy, bert_tokenizer, tmp_path, 
 
 def test_the_two_stage_callback_follows_the_declaration(toy, bert_tokenizer):
     model = toy_model(len(bert_tokenizer), two_stage_generator_steps=2)
-    callbacks = callbacks_for(model)
+    callbacks = callbacks_for(model, networks_of(model))
     assert [type(callback) for callback in callbacks] == [ElectraTwoStageCallback]
     callbacks[0].on_step_begin(None, SimpleNamespace(global_step=2), None, model=model)
     assert model.training_stage == "discriminator"
     one = BertForMaskedLM(BertConfig(**TINY))
     one.config.two_stage_generator_steps = 2
-    assert callbacks_for(one) == []  # one network: nothing to switch
+    assert callbacks_for(one, networks_of(one)) == []  # one network: nothing to switch

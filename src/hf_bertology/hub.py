@@ -21,7 +21,6 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .recipes.networks import is_joint, networks_of
 from .utils import BertologyError, logger, run_command
 
 CARD_TEMPLATE = """---
@@ -191,10 +190,12 @@ def write_model_card(
     dataset_name: str | None = None,
     license: str = LICENSE,
     shown_as: str | Path | None = None,
+    networks: tuple = (),
 ) -> Path:
     """Write `README.md`: recipe, corpus, steps, tokens seen, final losses, how to load; the header names the task
     the folder serves, its license and training data (`dataset_name`: a Hub dataset). `shown_as`: the folder the
-    card names, if not `output_dir` (a folder written aside, then moved there)."""
+    card names, if not `output_dir` (a folder written aside, then moved there); `networks`: the model's when it
+    holds two (`Recipe.networks`), whose part folders it names."""
     output_dir = Path(output_dir)
     config = model.config
     objective_keys = {
@@ -208,7 +209,6 @@ def write_model_card(
     plain_class = (saved.get("architectures") or [None])[0]
     model_classes = [name for name in saved.get("auto_map", {}) if name.startswith("AutoModel")]  # not AutoConfig
     auto_class = next(iter(model_classes), None) or getattr(model, "_auto_class", None) or plain_auto_class
-    networks = networks_of(model)
     if networks:  # the classes of the part folders written next to it (`joint.write_part_folders`)
         written = {n.name: _read_json(output_dir / n.name / "config.json").get("architectures") for n in networks}
         how_to_load = LOAD_JOINT.format(
@@ -331,10 +331,13 @@ def complete_backbone(model: PreTrainedModel, folder: Path) -> list[str]:
     return [prefix + name for name in missing]
 
 
-def save_folder(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, output_dir: str | Path) -> Path:
+def save_folder(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, output_dir: str | Path, networks: tuple = ()
+) -> Path:
     """`save_pretrained` for model (safetensors only, modeling code copied) and tokenizer; the weights completed
     with the plain backbone's untrained parts (`complete_backbone`) and `architectures` naming the plain
-    `transformers` class (`plain_class_of`; ours stays under `auto_map`, which remote code reads)."""
+    `transformers` class (`plain_class_of`; ours stays under `auto_map`, which remote code reads). `networks`: the
+    model's when it holds two (`Recipe.networks`): the folder then keeps our class."""
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(output_dir, safe_serialization=True)
@@ -344,7 +347,7 @@ def save_folder(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, outp
     complete_backbone(model, output_dir)
     # a joint run's folder keeps our class (a class plain transformers has would let its pipelines load the
     # discriminator for any task under trust_remote_code); its parts are plain folders (`joint.write_part_folders`)
-    plain_class = None if is_joint(model) else plain_class_of(model)
+    plain_class = None if networks else plain_class_of(model)
     if plain_class is not None:
         config_path = output_dir / "config.json"
         config = json.loads(config_path.read_text())

@@ -2,7 +2,8 @@
 as plain `transformers` models and folders: one network written alone (`plain_part`, `export_part`), two released
 networks read into a joint model (`load_parts`), a joint run's `discriminator/` and `generator/` folders
 (`write_part_folders`), and the config a joint folder's tokenizer is read with (`joint_config`). Every function
-follows the declaration (`recipes.networks_of`) and branches on no family; `bertology export` is export.py."""
+is given the declaration (`Recipe.networks`; a folder's: `recipes.kind_of`, asked once at `export_part`'s top) and
+branches on no family; `bertology export` is export.py."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import torch
 from transformers import AutoTokenizer
 
 from .hub import complete_backbone, write_part_card
-from .recipes.networks import Kind, kind_of, network, networks_of
+from .recipes.base import Network
+from .recipes.networks import Kind, kind_of, network
 from .recipes.recipe import VARIANTS
 from .utils import BertologyError, logger
 
@@ -96,13 +98,12 @@ def _joint_name(name: str, prefix: str, rename: dict[str, str] | None) -> str:
     return prefix + (rename[old] + name[len(old) :] if old is not None else name)
 
 
-def plain_part(joint, part: str):
-    """Network `part` ("discriminator" or "generator") of a loaded joint model as the plain `transformers` class a
-    user loads (`Network.plain_class`), with its weights."""
-    declared = network(joint, part)
+def plain_part(joint, declared: Network, networks: tuple[Network, ...]):
+    """Network `declared` (one of `networks`, the joint model's) of a loaded joint model as the plain `transformers`
+    class a user loads (`Network.plain_class`), with its weights."""
     model = _seeded(lambda: declared.plain_class(declared.plain_config(joint)))
     # the weights under this network's prefix that are another network's (ELECTRA's discriminator is at the top)
-    others = tuple(n.prefix for n in networks_of(joint) if n.prefix != declared.prefix)
+    others = tuple(n.prefix for n in networks if n.prefix != declared.prefix)
     others = tuple(prefix for prefix in others if prefix.startswith(declared.prefix))
     state = {k: v for k, v in joint.state_dict().items() if not k.startswith(others)}
     # the joint state dict names shared tables under every module that uses them and merges GDES's E_G + Δ
@@ -112,15 +113,15 @@ def plain_part(joint, part: str):
     return model
 
 
-def load_parts(joint, parts: Mapping[str, torch.nn.Module]) -> list[str]:
-    """Start the joint model from released networks (plain models, by network name), the inverse of `plain_part`:
+def load_parts(joint, networks: tuple[Network, ...], parts: Mapping[str, torch.nn.Module]) -> list[str]:
+    """Start the joint model (whose networks are `networks`) from released networks (plain models, by network
+    name), the inverse of `plain_part`:
     each plain weight goes where `plain_part` takes it from. A table the joint model shares between its networks
     (ELECTRA's embeddings, DeBERTa's ES) takes the first network's values (the discriminator's), as the official code
     holds one table; under GDES the generator keeps its table and Δ is set to the discriminator's minus it. Returns
     the joint model's weights that no part holds (they keep their initialisation: a head the release does not
     ship)."""
     params = joint.state_dict(keep_vars=True)
-    networks = networks_of(joint)
     first = networks[0].name
     values, owner = {}, {}
     for declared in reversed(networks):  # the first (the discriminator) last
@@ -169,19 +170,19 @@ def export_part(
             f"objectives on another encoder written by hf_bertology have two networks (its pretraining class: "
             f"{pretraining_class or 'none'})"
         )
-    network(kind, part)  # an unknown part: one line before any loading
+    declared = network(kind.networks, part)  # an unknown part: one line before any loading
     name = name or kind.label
     try:
         joint, info = kind.model_class.from_pretrained(checkpoint, output_loading_info=True)
     except Exception as err:
         raise BertologyError(f"could not load a joint {name} model from {checkpoint} ({err})") from None
-    optional = [n.prefix + key for n in networks_of(joint) for key in n.may_lack]
+    optional = [n.prefix + key for n in kind.networks for key in n.may_lack]
     missing = set(info["missing_keys"]) - set(optional)
     if missing:
         raise BertologyError(
             f"{checkpoint} is not a joint {name} checkpoint written by hf_bertology (missing e.g. {sorted(missing)[0]})"
         )
-    model = plain_part(joint, part)
+    model = plain_part(joint, declared, kind.networks)
     logger.info("writing the %s %s (%s) to %s", name, part, type(model).__name__, output_dir)
     _write(model, checkpoint, output_dir)
     write_part_card(output_dir, part, recipe=checkpoint.name, variant=kind.label, corpus=f"see `{checkpoint}`")
@@ -217,17 +218,19 @@ def joint_config(folder: str | Path):
 
 
 def write_part_folders(
-    model, tokenizer, output_dir: str | Path, shown_in: str | Path | None = None, **card
+    model, networks: tuple[Network, ...], tokenizer, output_dir: str | Path, shown_in: str | Path | None = None, **card
 ) -> list[Path]:
-    """The end of a joint run: a vanilla folder a network (`output_dir/discriminator`, `output_dir/generator`: the
-    layout of the papers' released checkpoints), each with its model card (`card`: `hub.write_part_card`'s fields;
-    the cards name `shown_in/part` when the folder is written aside). A model with one network writes nothing. The
-    joint folder itself stays as it is (resuming and export read it)."""
+    """The end of a joint run: a vanilla folder a network of `networks` (the model's, `Recipe.networks`:
+    `output_dir/discriminator`, `output_dir/generator`, the layout of the papers' released checkpoints), each with its
+    model card (`card`: `hub.write_part_card`'s fields; the cards name `shown_in/part` when the folder is written
+    aside). A model with one network (`networks` empty) writes nothing. The joint folder itself stays as it is
+    (resuming and export read it)."""
     folders = []
-    for declared in networks_of(model):
+    for declared in networks:
         folder = Path(output_dir) / declared.name
         shutil.rmtree(folder, ignore_errors=True)  # ours: the parts of an earlier run into this folder
-        _write(plain_part(model, declared.name), Path(output_dir), folder, tokenizer)
+        part = plain_part(model, declared, networks)
+        _write(part, Path(output_dir), folder, tokenizer)
         write_part_card(folder, declared.name, shown_as=Path(shown_in) / declared.name if shown_in else None, **card)
         folders.append(folder)
     return folders

@@ -139,12 +139,22 @@ class TokenBudgetBatchSampler(torch.utils.data.Sampler):
     The order is a seeded permutation per epoch (`set_epoch`), read in order into a pool of `pool_steps` steps'
     worth of examples; each step takes the pool's best fit, and the examples left wait for a later step (short ones
     fill the ends of bins). The last steps of an epoch empty the pool. A step never holds more than
-    `budget.max_examples` examples or more tokens than the budget.
+    `budget.max_examples` examples or more tokens than the budget. For one process of `num_replicas`, every process
+    plans the same steps (one seed) and takes every `num_replicas`-th, the epoch cut to a multiple of `num_replicas`
+    so all take as many.
     """
 
     def __init__(
-        self, lengths: Sequence[int], budget: TokenBudget, shuffle: bool = True, seed: int = 0, pool_steps: int = 4
+        self,
+        lengths: Sequence[int],
+        budget: TokenBudget,
+        shuffle: bool = True,
+        seed: int = 0,
+        pool_steps: int = 4,
+        num_replicas: int = 1,
+        rank: int = 0,
     ):
+        self.num_replicas, self.rank = num_replicas, rank
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.budget = budget
         self.shuffle = shuffle
@@ -183,10 +193,12 @@ class TokenBudgetBatchSampler(torch.utils.data.Sampler):
         return self.budget.rows
 
     def __iter__(self) -> Iterator[list[int]]:
-        yield from self._plan()
+        batches = self._plan()
+        usable = len(batches) - len(batches) % self.num_replicas
+        yield from batches[self.rank : usable : self.num_replicas]
 
     def __len__(self) -> int:
-        return len(self._plan())
+        return len(self._plan()) // self.num_replicas
 
 
 def next_fit(lengths: Sequence[int], budget: TokenBudget) -> list[list[int]] | None:

@@ -287,21 +287,22 @@ def make_baseline(args: CompareArguments, arch: str) -> Path:
 
     from ..hub import save_folder
     from ..joint import joint_config, write_part_folders
-    from ..training.run_recipe import checkpoint_variant
+    from ..recipes.networks import kind_of
 
     out = Path(args.output_dir) / "pretrain" / BASELINE
     if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
         logger.info("skipping the random-init baseline: found %s", out)
         return out
     source = Path(args.output_dir) / "pretrain" / arch
-    variant = checkpoint_variant(str(source))
+    kind = kind_of(source)  # asked once: what the pretrained checkpoint is made of
+    variant = kind.variant if kind is not None else None
     if variant is None:
         raise BertologyError(f"{source} is not a hf_bertology checkpoint; cannot build the baseline from it")
     set_seed(args.seed)
     model = variant.model_class(variant.config_class.from_pretrained(source))
     tokenizer = AutoTokenizer.from_pretrained(source, config=joint_config(source))  # a joint run's: read by ours
-    save_folder(model, tokenizer, out)
-    write_part_folders(model, tokenizer, out)  # a joint model: the discriminator GLUE fine-tunes
+    save_folder(model, tokenizer, out, variant.networks)
+    write_part_folders(model, variant.networks, tokenizer, out)  # a joint model: the discriminator GLUE fine-tunes
     (out / "BASELINE.txt").write_text(
         f"Randomly initialised {arch} architecture (seed {args.seed}), not pretrained.\n"
     )

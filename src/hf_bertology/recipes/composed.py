@@ -155,6 +155,7 @@ def compose(name: str, variant: Variant, backbone_name: str, overrides: dict[str
         tokenizer_kwargs=dict(preset.get("tokenizer", {})),
         explicit=frozenset(overrides),
         backbone=backbone.name,
+        networks=rtd_networks(backbone) if getattr(config, "replaced_token_detection", False) else (),
     )
 
 

@@ -84,12 +84,8 @@ def is_joint(source) -> bool:
     return bool(networks_of(source))
 
 
-def network(source, name: str) -> Network:
-    """Network `name` of the joint `source` (as `kind_of` takes it); one error line when it has no such network."""
-    networks = networks_of(source)
-    if not networks:
-        what = source if isinstance(source, (str, os.PathLike)) else type(getattr(source, "module", source)).__name__
-        raise BertologyError(f"{what} has no generator and discriminator")
+def network(networks: tuple[Network, ...], name: str) -> Network:
+    """Network `name` of a joint model's `networks`; one error line when there is no such network."""
     found = next((n for n in networks if n.name == name), None)
     if found is None:
         raise BertologyError(f"unknown part {name!r}; choose one of {', '.join(n.name for n in networks)}")

@@ -13,7 +13,7 @@ from ..data.vocab import train_tokenizer
 from ..utils import BertologyError
 from . import albert, bert, deberta_v3, electra, modernbert, roberta, spanbert, xlnet
 from .backbones import BACKBONES, PART_FIELDS
-from .base import CONFIG_ERRORS, Variant, _fields, _one_line, check_override_keys
+from .base import CONFIG_ERRORS, Network, Variant, _fields, _one_line, check_override_keys
 
 FAMILIES = (bert, roberta, spanbert, albert, xlnet, electra, deberta_v3, modernbert)
 VARIANTS: dict[str, Variant] = {family.VARIANT.name: family.VARIANT for family in FAMILIES}
@@ -38,6 +38,13 @@ class Recipe:
     phase_config: dict[str, Any] | None = None
     # Batch-size warmup (training/batch_warmup.py): (tokens over all processes, first batch in examples); None: none.
     batch_size_warmup: tuple[int, int] | None = None
+    # Its two networks trained together, the answer every later step is given (`Variant.networks`; an RTD objective
+    # on another encoder: `composed.rtd_networks`); () : one network. None: the variant's own.
+    networks: tuple[Network, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.networks is None:
+            self.networks = self.spec.networks if self.backbone is None else ()
 
     @property
     def spec(self) -> Variant:

@@ -1,4 +1,4 @@
-"""Trainer callbacks that a recipe's config asks for (`callbacks_for(model)` picks them).
+"""Trainer callbacks that a recipe's config asks for (`callbacks_for(model, networks)` picks them).
 
 - `ElectraTwoStageCallback`: ELECTRA's two-stage training (Clark et al. 2020, §3.2 "Two-Stage ELECTRA"; reported
   below joint training, here to reproduce that comparison): a joint model trains only its generator for
@@ -16,7 +16,6 @@ import threading
 
 from transformers import TrainerCallback
 
-from ..recipes.networks import is_joint
 from ..utils import logger
 
 
@@ -85,9 +84,10 @@ class SaveOnInterrupt(TrainerCallback):
         self.restore()
 
 
-def callbacks_for(model) -> list[TrainerCallback]:
-    """The callbacks `model`'s config asks for (none for most recipes)."""
+def callbacks_for(model, networks: tuple = ()) -> list[TrainerCallback]:
+    """The callbacks `model`'s config asks for (none for most recipes); `networks`: the model's when it holds two
+    (`Recipe.networks`)."""
     callbacks: list[TrainerCallback] = []
-    if getattr(model.config, "two_stage_generator_steps", None) is not None and is_joint(model):
+    if getattr(model.config, "two_stage_generator_steps", None) is not None and networks:
         callbacks.append(ElectraTwoStageCallback())
     return callbacks

@@ -23,14 +23,9 @@ from ..utils import BertologyError, logger
 
 
 class TrainerTokenBudgetSampler(TokenBudgetBatchSampler, BatchRebalanceSampler):
-    """`TokenBudgetBatchSampler` for one process of `num_replicas`: every process plans the same steps (one seed)
-    and takes every `num_replicas`-th, the epoch cut to a multiple of `num_replicas` so all take as many. It is a
-    `BatchRebalanceSampler` only so that the Trainer passes it as the DataLoader's `batch_sampler` and does not
-    shard it again."""
-
-    def __init__(self, lengths, budget: TokenBudget, seed: int = 0, num_replicas: int = 1, rank: int = 0):
-        TokenBudgetBatchSampler.__init__(self, lengths, budget, shuffle=True, seed=seed)
-        self.num_replicas, self.rank = num_replicas, rank
+    """`TokenBudgetBatchSampler` (one process of `num_replicas`) as the Trainer's batch sampler, under a batch-size
+    warmup too. It is a `BatchRebalanceSampler` only so that the Trainer passes it as the DataLoader's
+    `batch_sampler` and does not shard it again."""
 
     def warm_up(self, warmup) -> None:
         """Fill each step's rows in proportion to `warmup`'s batch size at it (`training.batch_warmup`)."""
@@ -53,14 +48,6 @@ class TrainerTokenBudgetSampler(TokenBudgetBatchSampler, BatchRebalanceSampler):
         micro_batch = (self._epoch_start(self.epoch) + index) // self.num_replicas  # this process's
         size = warmup.size_at(micro_batch, self._warmup_sizes)
         return max(1, math.ceil(self.budget.rows * size / warmup.full_size))
-
-    def __iter__(self):
-        batches = self._plan()
-        usable = len(batches) - len(batches) % self.num_replicas
-        yield from batches[self.rank : usable : self.num_replicas]
-
-    def __len__(self) -> int:
-        return len(self._plan()) // self.num_replicas
 
 
 def example_lengths(dataset) -> list[int]:

@@ -48,17 +48,19 @@ def write_outputs(trainer, recipe: Recipe, data_args: DataArguments, metrics: di
 
 
 def write_final_folder(trainer, recipe, data_args, metrics, push_args, folder: Path, shown_as: Path) -> None:
-    """Every file of the final folder, written into `folder`; the cards name `shown_as`, where it will be."""
-    save_folder(trainer.model, trainer.processing_class, folder)
+    """Every file of the final folder, written into `folder`: a joint model's part folders, then the folder itself
+    and its card, which names them; the cards name `shown_as`, where it will be."""
     card = dict(recipe=recipe.name, variant=recipe.variant, corpus=describe_corpus(data_args))
     write_part_folders(
         trainer.model,
+        recipe.networks,
         trainer.processing_class,
         folder,
         shown_in=shown_as,
         **card,
         dataset_name=card_dataset(data_args),
     )
+    save_folder(trainer.model, trainer.processing_class, folder, recipe.networks)
     train_logs = [log for log in trainer.state.log_history if "loss" in log]
     final_losses = {k: v for k, v in (train_logs[-1] if train_logs else {}).items() if k.endswith("loss")}
     if not final_losses and "train_loss" in metrics:  # a run shorter than --logging_steps: its mean loss
@@ -77,6 +79,7 @@ def write_final_folder(trainer, recipe, data_args, metrics, push_args, folder: P
         dataset_name=card_dataset(data_args),
         repo_id=(push_args.hub_model_id or shown_as.absolute().name) if pushing else None,
         shown_as=shown_as,
+        networks=recipe.networks,
     )
     with open(folder / "all_results.json", "w") as handle:
         json.dump(metrics, handle, indent=2)

@@ -15,26 +15,12 @@ from transformers import AutoTokenizer, TrainingArguments
 from ..joint import joint_config, load_parts
 from ..recipes.backbones import BACKBONES
 from ..recipes.base import check_override_keys, parse_overrides
-from ..recipes.networks import is_joint, kind_of, networks_of
+from ..recipes.networks import Kind, kind_of
 from ..recipes.recipe import Recipe
 from ..recipes.registry import get_recipe
 from ..utils import BertologyError, logger
 from .arguments import DataArguments, ModelArguments
 from .input_checks import check_config
-
-
-def checkpoint_variant(path: str):
-    """The variant whose classes wrote checkpoint `path` (named in its config.json; an objective on another encoder:
-    the objective's), or None."""
-    kind = kind_of(path)
-    return kind.variant if kind is not None else None
-
-
-def checkpoint_backbone(path: str) -> str | None:
-    """The backbone of a composed checkpoint `path` (an objective on another encoder), else None."""
-    kind = kind_of(path)
-    return kind.backbone.name if kind is not None and kind.backbone is not None else None
-
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model")
 
@@ -51,8 +37,9 @@ def load_tokenizer(name: str):
         raise BertologyError(f"could not load a tokenizer from {name!r} ({type(err).__name__}: {err})") from None
 
 
-def check_family(source: str, recipe: Recipe) -> None:
-    """A checkpoint or config of another family (a GPT-2 config for `--recipe bert-tiny`) is one clear error."""
+def check_family(source: str, recipe: Recipe, kind: Kind | None) -> None:
+    """A checkpoint or config of another family (a GPT-2 config for `--recipe bert-tiny`) is one clear error; `kind`:
+    what `source` is made of when it is a checkpoint of ours."""
     if not Path(source).exists():
         return  # a Hub id: transformers resolves (or refuses) it
     config_file = Path(source) / "config.json" if Path(source).is_dir() else Path(source)
@@ -68,8 +55,8 @@ def check_family(source: str, recipe: Recipe) -> None:
             f"{source} is a {model_type!r} model but --recipe {recipe.name} trains {recipe.config.model_type!r}; "
             "pass a checkpoint of the same family"
         )
-    variant = checkpoint_variant(source) if Path(source).is_dir() else None
-    backbone = checkpoint_backbone(source) if variant is not None else None
+    variant = kind.variant if kind is not None else None
+    backbone = kind.backbone.name if variant is not None and kind.backbone is not None else None
     if variant is not None and (variant.name, backbone) != (recipe.variant, recipe.backbone):
         # its config carries its own objective's fields and auto_map: read into this recipe's config class, they
         # would make a folder that names modeling code it does not hold
@@ -85,8 +72,9 @@ def build_recipe(model_args: ModelArguments) -> Recipe:
     the one a checkpoint of ours was trained with. The one place that reads `--config_overrides`: the recipe keeps
     their keys (`Recipe.explicit`) for the steps after it."""
     source = model_args.model_name_or_path or model_args.config_name
-    ours = None if model_args.recipe or not source else checkpoint_variant(source)
-    backbone = checkpoint_backbone(source) if ours is not None else None
+    kind = kind_of(source) if source else None  # read once: what the checkpoint is made of, if it is ours
+    ours = None if model_args.recipe or kind is None else kind.variant
+    backbone = kind.backbone.name if ours is not None and kind.backbone is not None else None
     if not model_args.recipe and ours is None:
         if source and not Path(source).exists():
             raise BertologyError(
@@ -106,12 +94,20 @@ def build_recipe(model_args: ModelArguments) -> Recipe:
         # the length it was pretrained at (saved by `settle_recipe`; a checkpoint from before that: the positions')
         length = getattr(config, "max_seq_length", None) or min(512, max_positions(config))
         recipe = Recipe(
-            source, ours.name, config, {}, config.vocab_size, length, explicit=frozenset(overrides), backbone=backbone
+            source,
+            ours.name,
+            config,
+            {},
+            config.vocab_size,
+            length,
+            explicit=frozenset(overrides),
+            backbone=backbone,
+            networks=kind.networks,
         )
     else:
         recipe = get_recipe(model_args.recipe, backbone=model_args.backbone, **overrides)
         if source:
-            check_family(source, recipe)
+            check_family(source, recipe, kind)
             recipe.config = continued_config(recipe, source, overrides)
         if model_args.generator_name_or_path:
             fit_generator(recipe, model_args)
@@ -160,7 +156,7 @@ def fit_generator(recipe: Recipe, model_args: ModelArguments) -> None:
     from the discriminator (ELECTRA: a fraction of the width; DeBERTa-v3: of the depth), so the released one says
     which fraction. Mismatches the joint model cannot hold are one error line."""
     generator = model_args.generator_name_or_path
-    if not is_joint(recipe.config):
+    if not recipe.networks:
         raise BertologyError(
             f"--generator_name_or_path is for recipes with two networks (ELECTRA, DeBERTa-v3, electra@… and "
             f"deberta-v3@… cells); --recipe {recipe.name} trains one"
@@ -308,10 +304,10 @@ def build_model(recipe: Recipe, model_args: ModelArguments):
         if generator:
             model = recipe.build_model()
             parts = {}  # --model_name_or_path: the first network (the discriminator), then the generator's
-            for network, path in zip(networks_of(model), (source, generator)):
+            for network, path in zip(recipe.networks, (source, generator)):
                 parts[network.name] = _quietly(network.plain_class.from_pretrained, path)
                 _check_part(network.name, path, network.plain_config(model), parts[network.name].config)
-            missing = load_parts(model, parts)
+            missing = load_parts(model, recipe.networks, parts)
         elif source:
             model, info = _quietly(
                 recipe.model_class.from_pretrained, source, config=recipe.config, output_loading_info=True

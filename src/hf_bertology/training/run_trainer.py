@@ -50,7 +50,7 @@ def build_trainer(
         eval_dataset=eval_dataset,
         data_collator=collator,
         processing_class=tokenizer,
-        callbacks=[*callbacks_for(model), SaveOnInterrupt(), *(callbacks or [])],
+        callbacks=[*callbacks_for(model, recipe.networks), SaveOnInterrupt(), *(callbacks or [])],
     )
     warn_if_fsdp_ignored(trainer)
     return trainer, push_args
