@@ -373,7 +373,7 @@ def test_random_init_baseline_is_not_the_pretrained_weights(tmp_path, bert_token
         for param in pretrained.parameters():
             param.add_(torch.randn_like(param))
     source = tmp_path / "pretrain" / arch
-    save_folder(pretrained, bert_tokenizer, source)
+    save_folder(pretrained, bert_tokenizer, source, recipe.networks)  # as a run saves it
     baseline = make_baseline(SimpleNamespace(output_dir=str(tmp_path), seed=0), arch)
     theirs, ours = load_file(source / "model.safetensors"), load_file(baseline / "model.safetensors")
     assert ours.keys() == theirs.keys()

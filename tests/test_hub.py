@@ -184,3 +184,13 @@ def test_glue_push_to_hub(hub, folder, tmp_path):
     assert json.loads(hub.read_file("tester/glue-sst2", "config.json"))["architectures"] == [
         "BertForSequenceClassification"
     ]
+
+
+def test_a_joint_model_is_saved_with_its_networks(tmp_path, bert_tokenizer):
+    """A model with two networks saved without them would get a one-network folder (plain `architectures`, no
+    `discriminator/`): `save_folder` refuses it in one line."""
+    recipe = hb.get_recipe("electra-tiny", vocab_size=len(bert_tokenizer))
+    with pytest.raises(ValueError, match="two networks"):
+        save_folder(recipe.build_model(), bert_tokenizer, tmp_path / "joint")
+    save_folder(recipe.build_model(), bert_tokenizer, tmp_path / "joint", recipe.networks)
+    assert json.loads((tmp_path / "joint" / "config.json").read_text())["model_type"] == "bertology-electra-joint"

@@ -338,6 +338,8 @@ def save_folder(
     with the plain backbone's untrained parts (`complete_backbone`) and `architectures` naming the plain
     `transformers` class (`plain_class_of`; ours stays under `auto_map`, which remote code reads). `networks`: the
     model's when it holds two (`Recipe.networks`): the folder then keeps our class."""
+    if not networks and getattr(model.config, "writes_joint_type", False):  # a joint config (JointConfig)
+        raise ValueError("a model with two networks is saved with them (`networks=recipe.networks`)")
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(output_dir, safe_serialization=True)

@@ -47,6 +47,6 @@ class BertologyAlbertForPreTraining(MaskedLMPreTraining, AlbertPreTrainedModel):
             pooled = self.albert.pooler_activation(self.albert.pooler(first_tokens))
         return self.sop_classifier(pooled)  # (B, 2); class 1: swapped
 
-    def forward(self, input_ids=None, attention_mask=None, labels=None, sentence_order_label=None, **inputs):
+    def forward(self, input_ids=None, attention_mask=None, *, labels=None, sentence_order_label=None, **inputs):
         """Masked LM + sentence-order prediction (ALBERT §4.2); the arguments are `pretraining_step`'s."""
         return self.pretraining_step(input_ids, attention_mask, labels, sentence_order_label, **inputs)

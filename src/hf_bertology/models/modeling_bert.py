@@ -52,6 +52,6 @@ class BertologyBertForPreTraining(MaskedLMPreTraining, BertPreTrainedModel):
             pooled = pooler.activation(pooler.dense(outputs.last_hidden_state[0, cu_seq_lens[:-1]]))
         return self.cls.seq_relationship(pooled)  # (B, 2); class 1: B is random
 
-    def forward(self, input_ids=None, attention_mask=None, labels=None, next_sentence_label=None, **inputs):
+    def forward(self, input_ids=None, attention_mask=None, *, labels=None, next_sentence_label=None, **inputs):
         """Masked LM + next-sentence prediction (BERT §3.1); the arguments are `pretraining_step`'s."""
         return self.pretraining_step(input_ids, attention_mask, labels, next_sentence_label, **inputs)

@@ -192,6 +192,7 @@ class ComposedForPreTraining(MaskedLMPreTraining, ReplacedTokenDetectionPreTrain
         self,
         input_ids=None,
         attention_mask=None,
+        *,
         labels=None,
         next_sentence_label=None,
         sentence_order_label=None,

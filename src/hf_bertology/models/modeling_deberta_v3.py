@@ -129,7 +129,7 @@ class BertologyDebertaV3ForPreTraining(ReplacedTokenDetectionPreTraining, Debert
             "sampled_accuracy": sampled_accuracy,
         }
 
-    def forward(self, input_ids=None, attention_mask=None, labels=None, **inputs):
+    def forward(self, input_ids=None, attention_mask=None, *, labels=None, **inputs):
         """`input_ids`: the generator's input, `[MASK]` at the chosen positions; `labels`: the originals there.
         Without labels only the discriminator runs. The arguments are `replaced_token_detection_step`'s."""
         return self.replaced_token_detection_step(input_ids, attention_mask, labels, **inputs)

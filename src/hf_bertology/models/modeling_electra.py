@@ -127,7 +127,7 @@ class BertologyElectraForPreTraining(ReplacedTokenDetectionPreTraining, ElectraP
             "sampled_accuracy": (sampled == chosen.targets).sum() / chosen.count,
         }
 
-    def forward(self, input_ids=None, attention_mask=None, labels=None, **inputs):
+    def forward(self, input_ids=None, attention_mask=None, *, labels=None, **inputs):
         """`input_ids`: the generator's input, `[MASK]` at 85% of the chosen positions; `labels`: the originals
         there. Without labels only the discriminator runs (as `ElectraForPreTraining`). The arguments are
         `replaced_token_detection_step`'s."""

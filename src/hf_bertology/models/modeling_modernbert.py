@@ -63,6 +63,6 @@ class BertologyModernBertForPreTraining(MaskedLMPreTraining, ModernBertForMasked
     def predict(self, states):
         return self.decoder(self.head(states))
 
-    def forward(self, input_ids=None, attention_mask=None, labels=None, **inputs):
+    def forward(self, input_ids=None, attention_mask=None, *, labels=None, **inputs):
         """Masked LM with sparse prediction (ModernBERT §2.2); the arguments are `pretraining_step`'s."""
         return self.pretraining_step(input_ids, attention_mask, labels, **inputs)

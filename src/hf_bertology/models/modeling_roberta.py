@@ -41,6 +41,6 @@ class BertologyRobertaForPreTraining(MaskedLMPreTraining, RobertaPreTrainedModel
     def predict(self, states):
         return self.lm_head(states)
 
-    def forward(self, input_ids=None, attention_mask=None, labels=None, **inputs):
+    def forward(self, input_ids=None, attention_mask=None, *, labels=None, **inputs):
         """Masked LM (RoBERTa §2, no NSP); the arguments are `pretraining_step`'s."""
         return self.pretraining_step(input_ids, attention_mask, labels, **inputs)

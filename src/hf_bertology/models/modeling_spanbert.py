@@ -53,7 +53,7 @@ class BertologySpanBertForPreTraining(MaskedLMPreTraining, BertPreTrainedModel):
     def predict(self, states):
         return self.cls(states)
 
-    def forward(self, input_ids=None, attention_mask=None, labels=None, sbo_labels=None, **inputs):
+    def forward(self, input_ids=None, attention_mask=None, *, labels=None, sbo_labels=None, **inputs):
         """Masked LM on the masked spans' tokens (§3.1) + the span boundary objective (§3.2), on BERT's encoder with
         one segment and no NSP (§3.3); the arguments are `pretraining_step`'s."""
         return self.pretraining_step(input_ids, attention_mask, labels, sbo_labels=sbo_labels, **inputs)

@@ -10,6 +10,7 @@ from pathlib import Path
 from transformers import TrainingArguments
 
 from ..recipes.backbones import SIZE_FIELDS
+from ..recipes.networks import kind_of
 from ..recipes.recipe import Recipe
 from ..utils import BertologyError, logger
 from .arguments import DataArguments
@@ -79,7 +80,7 @@ def already_finished(resume_from: str | None, training_args: TrainingArguments) 
 def check_resume(checkpoint: str, recipe: Recipe) -> None:
     """The checkpoint to resume holds this recipe's model: another family, objective or size would fail deep in
     `load_state_dict` or the optimizer's state (`parameter group that doesn't match`)."""
-    check_family(checkpoint, recipe)
+    check_family(checkpoint, recipe, kind_of(checkpoint))
     saved = json.loads((Path(checkpoint) / "config.json").read_text())
     for key in SIZE_FIELDS:
         if key in saved and saved[key] != getattr(recipe.config, key, None):
