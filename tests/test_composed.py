@@ -209,7 +209,7 @@ def test_cell_loss_falls_on_a_repeated_batch(cell, corpus, tokenizers):
     assert losses[-1] < 0.95 * losses[0], losses  # 8 AdamW steps on one batch: at least 5% down
 
 
-# each component loss and the count that normalises it (`outputs_composed._denominator`'s key)
+# each component loss and the count that normalises it (`outputs.step_mean`'s key)
 COUNT_KEYS = {
     "mlm_loss": "labels",
     "nsp_loss": "next_sentence_label",
@@ -222,7 +222,7 @@ COUNT_KEYS = {
 @pytest.mark.parametrize("cell", CELLS, ids=cell_id)
 def test_cell_losses_follow_every_count_path(cell, corpus, tokenizers):
     """Issue 40, item 3: each component against its local mean (which test_loss_references.py compares with the
-    papers' definitions) on every path of `_denominator`. The stock Trainer passes one int, the step's masked tokens
+    papers' definitions) on every path of `step_mean`. The stock Trainer passes one int, the step's masked tokens
     N: every component is then its sum / N, i.e. its local mean x (this micro-batch's masked tokens / N), and so is
     the total. BertologyTrainer's dict: each sum over its own key's count; a dict without a loss's key falls back
     to the int rule with the dict's `labels`. Tested for plain BERT only before."""
