@@ -53,6 +53,16 @@ def test_without_labels_the_logits_are_dense(family):
     assert out.loss is None
 
 
+@pytest.mark.parametrize("family", [family for family in FAMILIES if family != "xlnet"])
+def test_labels_are_keyword_only(family):
+    """The encoder's inputs pass through `forward`'s keywords: a third positional argument (a caller's
+    `token_type_ids`, as in transformers' BERT) is refused, never read as labels."""
+    model = tiny_family_model(family)
+    inputs = tiny_family_batch(family)
+    with pytest.raises(TypeError):
+        model(inputs["input_ids"], inputs["attention_mask"], inputs["labels"])
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_with_labels_the_loss_is_finite_and_the_logits_sparse(family):
     model = tiny_family_model(family)

@@ -2,8 +2,8 @@
 
 Sparse prediction (the head runs on the labelled positions only, as the official BERT gathers `masked_lm_positions`),
 each loss a sum over its step's count (`outputs.step_mean`), and NSP / SOP on each example's first token. Used by
-BERT, RoBERTa, SpanBERT, ALBERT and ModernBERT, by ELECTRA's and DeBERTa-v3's generators, and by every cell of
-`modeling_composed`.
+BERT, RoBERTa, SpanBERT, ALBERT and ModernBERT (`MaskedLMPreTraining`), XLNet's sparse head (`masked_lm_loss`) and
+every masked-LM cell of `modeling_composed`.
 """
 
 from collections.abc import Callable, Mapping

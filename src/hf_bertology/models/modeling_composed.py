@@ -43,7 +43,6 @@ from .replaced_token_detection import (
     ReplacedTokenDetectionPreTraining,
     add_gdes,
     freeze_gdes_slots,
-    gdes_pairs,
 )
 from .span_boundary import SpanBoundaryHead, grow_bias
 
@@ -154,9 +153,6 @@ class ComposedForPreTraining(MaskedLMPreTraining, ReplacedTokenDetectionPreTrain
         if pooler is not None and (self.rtd or self.config.sentence_task is None):
             pooler.requires_grad_(False)
         freeze_gdes_slots(self)
-
-    def gdes_pairs(self) -> list[tuple[nn.Parameter, nn.Parameter, nn.Parameter]]:
-        return gdes_pairs(self)
 
     def get_output_embeddings(self):
         """The MLM decoder, found as the family's `*ForMaskedLM` finds it (its head modules are ours under the same

@@ -20,7 +20,6 @@ from .replaced_token_detection import (
     ReplacedTokenDetectionPreTraining,
     add_gdes,
     freeze_gdes_slots,
-    gdes_pairs,
     rtd_accuracies,
 )
 
@@ -86,9 +85,6 @@ class BertologyDebertaV3ForPreTraining(ReplacedTokenDetectionPreTraining, Debert
         super()._init_weights(module)
         if isinstance(module, GradientDisentangledEmbedding):
             nn.init.zeros_(module.delta)
-
-    def gdes_pairs(self) -> list[tuple[nn.Parameter, nn.Parameter, nn.Parameter]]:
-        return gdes_pairs(self)
 
     def gradient_clipping_groups(self) -> list[list[nn.Parameter]]:
         """The parameters whose gradient norms are clipped apart (`BertologyTrainer`): the generator's, then the

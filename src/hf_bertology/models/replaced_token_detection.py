@@ -288,6 +288,9 @@ class ReplacedTokenDetectionPreTraining:
     def discriminate(self, input_ids: torch.Tensor, **inputs):
         return discriminate(self, input_ids, **inputs)
 
+    def gdes_pairs(self) -> list[tuple[nn.Parameter, nn.Parameter, nn.Parameter]]:
+        return gdes_pairs(self)
+
     def rtd_metrics(self, prediction_logits, sampled, rtd_logits, rtd_labels, chosen: Chosen) -> dict:
         return rtd_accuracies(prediction_logits, rtd_logits, rtd_labels, chosen)
 

@@ -13,7 +13,7 @@ one a paper family (its row, its presets, the sources of their numbers), backbon
 model hold two networks), registry.py (`get_recipe`); docs/ARCHITECTURE.md, "Layout".
 """
 
-from .backbones import BACKBONE_ALIASES, BACKBONES, SIZE_FIELDS, Backbone, backbone_of_model_class
+from .backbones import BACKBONE_ALIASES, BACKBONES, SIZE_FIELDS, Backbone
 from .base import CONFIG_ERRORS, SIZES, SMALL_DATA, Network, Variant, check_override_keys, parse_overrides
 from .bert import bert_max_predictions
 from .composed import compose
@@ -39,7 +39,6 @@ __all__ = [
     "Network",
     "Recipe",
     "Variant",
-    "backbone_of_model_class",
     "bert_max_predictions",
     "check_override_keys",
     "compose",

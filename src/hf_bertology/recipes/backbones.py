@@ -48,8 +48,3 @@ IDENTITY_FIELDS |= {"architectures", "model_type", "transformers_version", "auto
 NATIVE_ONLY_FIELDS = ("two_stage_generator_steps", "generator_num_hidden_layers")
 PART_FIELDS = ("sentence_task", "span_boundary_objective")
 SENTENCE_FORMATS = {"nsp": "nsp_pairs", "sop": "sop_pairs"}
-
-
-def backbone_of_model_class(class_name: str) -> str | None:
-    """The backbone whose composed model class is named `class_name` (a checkpoint's `auto_map`), or None."""
-    return next((b.name for b in BACKBONES.values() if b.model_class.__name__ == class_name), None)
