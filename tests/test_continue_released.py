@@ -323,6 +323,7 @@ def test_bert_continues_from_minilm_keeping_encoder_and_tokenizer(tmp_path, corp
             assert torch.equal(written[f"bert.{name}"], value), name
     assert sum(f"bert.{name}" in written for name in released) >= len(released) - 1  # position_ids: a buffer
     assert vocabulary(run) == vocabulary(minilm) and len(vocabulary(run)) == 30522
+    assert "\nbase_model:\n- model\n" in (run / "README.md").read_text()  # the released folder, by its name
 
 
 # recipe -> the transformers class its family's releases are (bert-base-uncased, roberta-base, SpanBERT's
@@ -413,3 +414,23 @@ def test_bad_combinations_are_one_line(tmp_path, corpus_file, bert_tokenizer, ca
     err = capsys.readouterr().err.strip().splitlines()  # (progress bars may come first, on stderr too)
     errors = [line for line in err if line.startswith("error:")]
     assert errors == err[-1:] and expected in errors[0], err
+
+
+def test_every_card_of_a_continued_run_names_what_it_continued_from(
+    tmp_path, corpus_file, bert_tokenizer, monkeypatch
+):
+    """The root card and the `discriminator/` and `generator/` cards carry the same `datasets:` and `base_model:`
+    entries (the released folders by name: a local path means nothing on the Hub), and say in a sentence what the
+    run continued from. (`datasets:` names a Hub dataset only: a corpus from the Hub, stood in for here.)"""
+    from hf_bertology.training import outputs
+
+    monkeypatch.setattr(outputs, "card_dataset", lambda data_args: "someone/corpus")
+    disc, gen = released_electra(tmp_path, bert_tokenizer)
+    assert continue_run(tmp_path, corpus_file, "electra-tiny", "--model_name_or_path", str(disc),
+                        "--generator_name_or_path", str(gen)) == 0  # fmt: skip
+    run = tmp_path / "run"
+    for folder in (run, run / "discriminator", run / "generator"):
+        card = (folder / "README.md").read_text()
+        header = card.split("---")[1]
+        assert "\ndatasets:\n- someone/corpus\nbase_model:\n- disc\n- gen\n" in header, (folder, header)
+        assert f"Continued from `{disc}` (the discriminator) and `{gen}` (the generator)" in card, folder
