@@ -11,6 +11,7 @@ import random
 import subprocess
 
 import pytest
+from safetensors.torch import load_file, save_file
 from transformers import GPT2Config
 
 from hf_bertology import cli
@@ -612,12 +613,13 @@ def _truncate(path) -> None:
         ("truncated generator", ["gen/model.safetensors cannot be read", "truncated or damaged"]),
         ("generator without config", ["gen has no config.json"]),
         ("swapped parts", ["looks like a discriminator (hidden_size 64 > 32", "swapped"]),
+        ("names of another layout", ["generator's file does not fill", "a layout this version cannot read"]),
     ],
 )
 def test_bad_released_parts_are_one_line_and_write_nothing(tmp_path, bert_tokenizer, capsys, case, needles):
     """Issue 45: a cut download (a SafetensorError traceback), a generator folder without config.json (refused for
-    its vocabulary, None tokens) and swapped parts (refused for a generator fraction of 2.0): one line naming the
-    cause, exit 2, and no output folder."""
+    its vocabulary, None tokens), swapped parts (refused for a generator fraction of 2.0) and a file whose names
+    this version cannot read (loaded as random weights): one line naming the cause, exit 2, and no output folder."""
     from test_continue_released import released_electra
 
     disc, gen = released_electra(tmp_path, bert_tokenizer)
@@ -625,6 +627,11 @@ def test_bad_released_parts_are_one_line_and_write_nothing(tmp_path, bert_tokeni
         _truncate((disc if "discriminator" in case else gen) / "model.safetensors")
     if case == "generator without config":
         (gen / "config.json").unlink()
+    if case == "names of another layout":  # e.g. a converter's own prefix: loaded, it would be random weights
+        state = load_file(gen / "model.safetensors")
+        save_file(
+            {name.replace("electra.", "encoder."): value for name, value in state.items()}, gen / "model.safetensors"
+        )
     parts = (gen, disc) if case == "swapped parts" else (disc, gen)
     corpus, out = write_corpus(tmp_path / "corpus.txt", n_docs=5), tmp_path / "out"
     argv = pretrain_argv("electra-tiny", corpus, out, "--max_steps", "1")

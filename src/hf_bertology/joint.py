@@ -154,7 +154,8 @@ def weight_files(source: str | Path) -> list[Path]:
         if None in found:
             raise BertologyError(f"{source} lacks {shards[found.index(None)]}, a shard its {name} names")
         return found
-    raise BertologyError(f"{source} holds no weights (none of {', '.join(WEIGHT_FILES)})")
+    where = "" if Path(source).is_dir() else " in the Hub cache or on the Hub (offline, or no such repository?)"
+    raise BertologyError(f"{source} holds no weights{where} (none of {', '.join(WEIGHT_FILES)})")
 
 
 def _read_file(path: Path, header_only: bool = False) -> dict[str, torch.Tensor]:
@@ -225,6 +226,21 @@ def place_released(declared: Network, networks: tuple[Network, ...], state: Mapp
     return placed
 
 
+def check_readable(declared: Network, networks, params: Mapping, placed: set[str], unused: list[str]) -> None:
+    """A released file whose names this version cannot read is refused, not loaded as random weights: an encoder
+    weight it does not fill while it holds tensors with no place (a head it lacks is only initialised and named)."""
+    root, others = _places(declared, networks)
+    encoder = root + declared.plain_class.base_model_prefix + "."
+    unfilled = [k for k in params if k.startswith(encoder) and not k.startswith(others) and k not in placed]
+    unfilled = [k for k in unfilled if not k.endswith(".delta")]  # GDES's Δ: set from the tables
+    if unfilled and unused:
+        raise BertologyError(
+            f"the released {declared.name}'s file does not fill {len(unfilled)} encoder weights (e.g. {unfilled[0]}) "
+            f"and holds {len(unused)} this recipe has no place for (e.g. {unused[0]}): a layout this version "
+            "cannot read"
+        )
+
+
 def load_parts(joint, networks: tuple[Network, ...], parts: Mapping[str, torch.nn.Module | Mapping]) -> list[str]:
     """Start the joint model (whose networks are `networks`) from released networks (by network name: a plain
     model, or the state dict of its released file, `read_weights`; a network not given keeps its initialisation),
@@ -246,6 +262,7 @@ def load_parts(joint, networks: tuple[Network, ...], parts: Mapping[str, torch.n
         state = part.state_dict() if isinstance(part, torch.nn.Module) else part
         placed = place_released(declared, networks, state, params)
         unused += [f"{declared.name} {name}" for name in state if name not in placed]
+        check_readable(declared, networks, params, set(placed.values()), [n for n in state if n not in placed])
         root = _places(declared, networks)[0]
         direct = {name for name, key in placed.items() if key in (root + name, declared.prefix + name)}
         for name, key in sorted(placed.items(), key=lambda item: item[0] in direct):  # a tied copy yields to its own
