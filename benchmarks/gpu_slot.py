@@ -266,7 +266,7 @@ def measure_run(recipe_name: str, text: str, run: str, settings: dict, prepared:
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainerCallback
 
     from hf_bertology.training.attention import configure_attention
-    from hf_bertology.training.run_trainer import trainer_class
+    from hf_bertology.training.run_trainer import send_only_what_attention_reads, trainer_class
 
     torch.manual_seed(0)
     cuda = torch.cuda.is_available()
@@ -322,6 +322,8 @@ def measure_run(recipe_name: str, text: str, run: str, settings: dict, prepared:
 
         trainer = counting(cls)(model=model, args=training_args, train_dataset=dataset, data_collator=collator)
         trainer.step_tokens = []
+        if not plain:  # as `run_trainer.build_trainer` does
+            send_only_what_attention_reads(trainer)
         if fixed:
             from hf_bertology.training.fixed_shape import use_fixed_shape
 

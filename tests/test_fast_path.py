@@ -157,3 +157,85 @@ def test_graph_variants_name_recipes():
     from hf_bertology.recipes import VARIANTS
 
     assert CUDA_GRAPH_VARIANTS <= {name for name, spec in VARIANTS.items() if spec.padding_free}
+
+
+def _packable_batch(corpus_file, recipe_name: str):
+    """(model with the packed attention, PaddingFreeCollator, examples) of a tiny recipe, no dropout."""
+    from hf_bertology.collators.flatten import PaddingFreeCollator
+    from hf_bertology.data import build_pretraining_dataset, load_corpus, tokenize_corpus
+    from hf_bertology.recipes import get_recipe
+    from hf_bertology.training.attention import use_padding_free
+    from platform_support import no_dropout
+
+    recipe = get_recipe(recipe_name, **no_dropout(recipe_name))
+    corpus = load_corpus(train_files=[str(corpus_file)])
+    tokenizer = recipe.train_tokenizer(corpus["text"], 300)
+    recipe.adapt_to_tokenizer(tokenizer)
+    examples = build_pretraining_dataset(tokenize_corpus(corpus, tokenizer), tokenizer, recipe.config, 48, 0)
+    torch.manual_seed(0)
+    model = use_padding_free(recipe.build_model()).train()
+    return model, PaddingFreeCollator(recipe.build_collator(tokenizer, seed=0)), [examples[i] for i in range(6)]
+
+
+@pytest.mark.parametrize("recipe_name", ["bert-tiny", "modernbert-tiny"])
+def test_only_the_keys_the_attention_reads_are_made(corpus_file, recipe_name):
+    """The re-padded layout is made only for the attention that reads it: none on CUDA's varlen kernel (bf16), the
+    slots, index and bias on the CPU, the boolean key mask only under a sliding window (ModernBERT); the CPU's
+    step on the fewer keys gives the loss and gradients of the step on all of them (exactly)."""
+    from hf_bertology.collators.fixed_shape import FixedShapeCollator, TokenBudget
+    from hf_bertology.collators.flatten import REPAD_KEYS
+    from hf_bertology.training.attention import layout_keys_read, set_attention
+
+    model, collator, features = _packable_batch(corpus_file, recipe_name)
+    assert layout_keys_read(model, "cuda", True) == ()
+    cpu = layout_keys_read(model, "cpu", False)
+    window = recipe_name.startswith("modernbert")
+    assert set(cpu) == {"packed_slots", "packed_index", "packed_key_bias"} | ({"packed_key_mask"} if window else set())
+    assert set(layout_keys_read(model, "cuda", False)) == set(cpu)  # fp32 on CUDA: the re-padded path
+    results = []
+    collator.layout_keys = cpu
+    assert {k for k in collator(features) if k.startswith("packed_")} == set(cpu)
+    collator.layout_keys = REPAD_KEYS
+    full = collator(features)
+    for keys in (REPAD_KEYS, cpu):
+        batch = {k: v for k, v in full.items() if not k.startswith("packed_") or k in keys}
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(1)
+        loss = model(**batch).loss
+        loss.backward()
+        results.append((loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]))
+    assert torch.equal(results[0][0], results[1][0])
+    assert all(torch.equal(a, b) for a, b in zip(results[0][1], results[1][1]))
+    collator.layout_keys = ()
+    assert not [k for k in collator(features) if k.startswith("packed_")]
+    budget = TokenBudget(rows=2, row_length=192, max_length=48, max_sequences=32, max_targets=64)
+    fixed = FixedShapeCollator(collator.collator, budget, ())
+    assert not [k for k in fixed(features) if k.startswith("packed_")]
+    set_attention(model, "flash_attention_2")
+    assert layout_keys_read(model, "cpu", False) == ()  # transformers' varlen kernels read cu_seq_lens only
+
+
+def test_the_trainer_sets_what_its_collator_makes(corpus_file, tmp_path):
+    """`bertology pretrain` on this CPU: the collator makes the CPU's keys; on CUDA in bf16 (the Trainer's device and
+    precision faked here), none."""
+    from types import SimpleNamespace
+
+    from hf_bertology.training.run_trainer import send_only_what_attention_reads
+
+    box = {}
+    train_and_evaluate = pretrain.train_and_evaluate
+
+    def keep(trainer, resume_from=None):
+        box["collator"] = trainer.data_collator
+        return train_and_evaluate(trainer, resume_from)
+
+    pretrain.train_and_evaluate = keep
+    try:
+        _pretrain(corpus_file, tmp_path / "run", "--max_steps", "1")
+    finally:
+        pretrain.train_and_evaluate = train_and_evaluate
+    assert set(box["collator"].layout_keys) == {"packed_slots", "packed_index", "packed_key_bias"}
+    model, collator, _ = _packable_batch(corpus_file, "bert-tiny")
+    args = SimpleNamespace(device=torch.device("cuda"), bf16=True, fp16=False)
+    send_only_what_attention_reads(SimpleNamespace(data_collator=collator, args=args, model=model))
+    assert collator.layout_keys == ()
