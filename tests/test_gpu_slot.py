@@ -46,8 +46,15 @@ def test_speed_part_smoke(tmp_path, shared_data):
     """Issue 44's done-when: a measured row of plain transformers compiled (run_mlm's blocks) beside ours for BERT,
     on Wikipedia text and on WikiText-2; every family's default on Wikipedia; each row two runs with their spread,
     real tokens per step, padding waste, FLOPs per real token; the profile of the two targets."""
-    wikipedia = shared_data / "corpus" / "enwiki-2015-wikiextractor" / "AA" / "wiki_00"
-    text = shared_data / "wikitext-2-raw" / "wiki.valid.raw"
+    # the first 200 kB of each (whole documents, whole lines): each family's tokenizer trains in seconds
+    wiki = (shared_data / "corpus" / "enwiki-2015-wikiextractor" / "AA" / "wiki_00").read_text(encoding="utf-8")
+    texts = tmp_path.parent / f"{tmp_path.name}-texts"  # beside OUT_DIR, which holds what a slot brings back only
+    texts.mkdir()
+    wikipedia = texts / "wiki_00"
+    wikipedia.write_text("".join(doc + "</doc>\n" for doc in wiki.split("</doc>\n")[:5]), encoding="utf-8")
+    lines = (shared_data / "wikitext-2-raw" / "wiki.valid.raw").read_text(encoding="utf-8")[:200_000]
+    text = texts / "wiki.valid.raw"
+    text.write_text(lines[: lines.rindex("\n") + 1], encoding="utf-8")
     run_slot(tmp_path, "--part", "speed", "--wikipedia", str(wikipedia), "--text", str(text))
     assert [f.name for f in brought_back(tmp_path)] == ["speed.json", "speed.log", "speed.md"]
     record = json.loads((tmp_path / "speed.json").read_text())
