@@ -504,8 +504,8 @@ def learn(args: argparse.Namespace) -> int:
     recipe = tiny(args.recipe) if args.smoke else args.recipe
     tasks = [t for t, folder in GLUE_FOLDERS.items() if (Path(args.glue_data_dir) / folder / "train.tsv").is_file()]
     work = Path(args.work_dir) / "compare"
-    # eager by default, as `bertology compare` runs; `--compile` where the recipe compiles on the slot's torch
-    pretrain_args = f"--dataloader_num_workers {args.workers}" + (" --torch_compile true" if args.compile else "")
+    # eager unless `--compile`, as the learn slots so far ran (`bertology pretrain` compiles by default on CUDA)
+    pretrain_args = f"--dataloader_num_workers {args.workers} --torch_compile {str(args.compile).lower()}"
     if args.pretrain_batch_size:  # the three recipes of the equal-compute question train on one batch size
         pretrain_args += f" --per_device_train_batch_size {args.pretrain_batch_size}"
     argv = [
