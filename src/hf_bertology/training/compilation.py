@@ -7,10 +7,10 @@ generates code at the model's first call, inside the training step. So the fallb
 lowered at once (`force_non_lazy_backward_lowering`, AOTAutograd's switch; by default the backward compiles at the
 first `backward()`, outside this call, or with dynamic shapes compiles early and only logs a failure with its
 traceback), so that every compilation of a step happens, and fails, inside it. On a failure the same step runs on the
-model under the compiled wrapper (`_orig_mod`) and every later one too: an error of the inputs then raises from
-eager as it would have without compilation, and a compilation error prints one line, never a traceback. torch does
-not offer this (`torch._dynamo.config.suppress_errors` falls back per frame, logging each failure with its
-traceback).
+model under the compiled wrapper (`_orig_mod`), from the random state it started with, and so does every later step:
+an error of the inputs then raises from eager as it would have without compilation, and a compilation error prints
+one line, never a traceback. torch does not offer this (`torch._dynamo.config.suppress_errors` falls back per frame,
+logging each failure with its traceback).
 """
 
 from __future__ import annotations
@@ -53,6 +53,19 @@ def _lowered_at_once():
     return contextlib.nullcontext()
 
 
+def random_state() -> tuple:
+    """torch's CPU random state and, where CUDA is in use, every device's (host copies: no device sync)."""
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    return torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda else None
+
+
+def set_random_state(state: tuple) -> None:
+    cpu, cuda = state
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
+
+
 class EagerFallback:
     """Runs a step on a compiled model; on a failed compilation, on the model it wraps, from then on (docstring)."""
 
@@ -67,6 +80,8 @@ class EagerFallback:
             return run(model)
         if self.failed is not None:
             return run(eager)
+        # the first call's random state, for its eager retry: the attempt may have drawn (dropout) before it failed
+        rng = None if self.compiled_once else random_state()
         try:
             with _lowered_at_once():
                 out = run(model)
@@ -74,6 +89,8 @@ class EagerFallback:
             # after a compiled step ran, only a recompilation's failure (dynamo's errors) is one; the rest raise
             if self.compiled_once and not isinstance(err, torch._dynamo.exc.TorchDynamoException):
                 raise
+            if rng is not None:
+                set_random_state(rng)
             out = run(eager)  # an error of the step itself raises here, from eager
             self.failed = error_line(err)
             logger.warning("torch.compile failed (%s): training goes on eager", self.failed)
