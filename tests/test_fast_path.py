@@ -97,13 +97,26 @@ def test_failed_compilation_says_one_line_and_finishes_eager(corpus_file, tmp_pa
     assert "Traceback" not in capfd.readouterr().err
 
 
-def test_fallback_steps_are_the_eager_steps(corpus_file, tmp_path):
-    """After the failure the run is the eager run: the same losses, step by step (fixed seed)."""
+def test_fallback_step_is_the_eager_step():
+    """The step that falls back is the eager step, dropout draws included (from the random state the compiled
+    attempt started with). Whole runs are compared in no test: two eager `bertology pretrain` runs in one process
+    already differ in the third decimal of their loss."""
+
+    def broken_backend(gm, example_inputs):
+        raise RuntimeError("no code generated")
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Dropout(0.5), torch.nn.Linear(16, 2))
+    x = torch.randn(8, 4)
+    torch.manual_seed(5)
+    expected = net(x)
+    after = torch.rand(3)
+    torch.manual_seed(5)
+    fallback = EagerFallback()
+    got = fallback.call(torch.compile(net, backend=broken_backend), lambda m: m(x))
+    assert fallback.failed == "RuntimeError: no code generated"
+    assert torch.equal(got, expected) and torch.equal(torch.rand(3), after)
     torch._dynamo.reset()
-    failed = _pretrain(corpus_file, tmp_path / "failed", "--torch_compile_backend", "tvm")
-    torch._dynamo.reset()
-    eager = _pretrain(corpus_file, tmp_path / "eager")
-    assert failed["train_loss"] == pytest.approx(eager["train_loss"], rel=1e-6)
 
 
 def test_fallback_raises_errors_of_the_step_itself():
