@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Packs what one GPU slot needs into .slot/ (ignored by git; the device tool's `carry` takes it): our dependencies
-# that the machine's image lacks (or has older) as wheels for its Python 3.12, the speed text, a compressed corpus
-# for `--part learn` and the GLUE tasks that ship with a training set. benchmarks/gpu_slot.md says how to run it.
+# that the machine's image lacks (or has older) as wheels for its Python 3.12, WikiText-2 valid, a compressed corpus
+# (`--part learn`'s, and `wiki_00`, the speed part's Wikipedia text) and the GLUE tasks that ship with a training
+# set. benchmarks/gpu_slot.md says how to run it.
 #   benchmarks/gpu_slot_pack.sh [CORPUS_FILES]     (default 30: wiki_00..wiki_29, ~30 MB of text, ~8 MB packed)
 set -euo pipefail
 cd "$(dirname "$0")/.."

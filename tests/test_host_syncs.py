@@ -192,7 +192,7 @@ def test_binary_auc_over_the_real_tokens_matches_sklearn():
 
 
 def test_gpu_defaults_copy_batches_without_blocking(monkeypatch, corpus_file, tmp_path):
-    """On a CUDA machine: bf16, TF32, fused AdamW, non-blocking copies of the (pinned) batches, collation in up to 4
+    """On a CUDA machine: compiled, bf16, TF32, fused AdamW, non-blocking copies of the (pinned) batches, collation in up to 4
     DataLoader workers (none when streaming); the copy setting parses and trains as a flag too (here on the CPU)."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
@@ -204,6 +204,7 @@ def test_gpu_defaults_copy_batches_without_blocking(monkeypatch, corpus_file, tm
         "accelerator_config": {"non_blocking": True},
         "dataloader_num_workers": 4,
         "bf16": True,
+        "torch_compile": True,  # issue 44: compiled by default on CUDA (tests/test_fast_path.py)
     }
     assert "dataloader_num_workers" not in device_defaults(set(), streaming=True)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)

@@ -25,6 +25,7 @@ from ..utils import logger
 from .base import CollatorWrapper
 from .flatten import (
     POSITION_KEYS,
+    REPAD_KEYS,
     TARGET_POSITIONS,
     UNFLATTENABLE,
     add_target_positions,
@@ -219,9 +220,12 @@ def next_fit(lengths: Sequence[int], budget: TokenBudget) -> list[list[int]] | N
     return bins
 
 
-def lay_out(batch: dict[str, torch.Tensor], budget: TokenBudget) -> dict[str, torch.Tensor]:
+def lay_out(
+    batch: dict[str, torch.Tensor], budget: TokenBudget, layout_keys: tuple[str, ...] = REPAD_KEYS
+) -> dict[str, torch.Tensor]:
     """A right-padded batch (`attention_mask` `(B, L)`) of examples that fit `budget`, as the fixed-shape row
-    (module docstring). Raises `ValueError` when they do not fit."""
+    (module docstring), with the re-padded layout's keys named in `layout_keys`. Raises `ValueError` when they do
+    not fit."""
     if "attention_mask" not in batch:
         raise ValueError("lay_out needs the batch's attention_mask to know which tokens are real")
     for key in UNFLATTENABLE:
@@ -293,11 +297,11 @@ def lay_out(batch: dict[str, torch.Tensor], budget: TokenBudget) -> dict[str, to
     out["position_ids"] = slot_position.unsqueeze(0)
     out["cu_seq_lens_q"] = out["cu_seq_lens_k"] = cu_seqlens
     out["max_length_q"] = out["max_length_k"] = budget.max_length
-    out["packed_slots"] = slot_segment * budget.max_length + slot_position  # for the CPU's re-padded attention
-    columns = torch.arange(budget.max_length)[None, :]
-    # an empty segment keeps one (zero, never gathered) key: a row with none would be NaN (`packed_key_mask`)
-    out["packed_key_mask"] = (columns < seg_length[:, None]) | (columns == 0)
-    out.update(repad_layout(out["packed_slots"], out["packed_key_mask"]))
+    if layout_keys:  # for the CPU's re-padded attention
+        columns = torch.arange(budget.max_length)[None, :]
+        # an empty segment keeps one (zero, never gathered) key: a row with none would be NaN (`packed_key_mask`)
+        key_mask = (columns < seg_length[:, None]) | (columns == 0)
+        out.update(repad_layout(slot_segment * budget.max_length + slot_position, key_mask, layout_keys))
     add_fixed_target_positions(out, budget)
     return out
 
@@ -326,18 +330,19 @@ def add_fixed_target_positions(batch: dict[str, torch.Tensor], budget: TokenBudg
 class FixedShapeCollator(CollatorWrapper):
     """Wraps one of our collators: it collates (and masks) the padded batch of a step's examples as always, then
     `lay_out` gives the fixed-shape row. Use with `TokenBudgetBatchSampler(lengths, budget)` so every step's
-    examples fit; the model needs a packed-aware attention (`training.attention.use_padding_free`)."""
+    examples fit; the model needs a packed-aware attention (`training.attention.use_padding_free`).
+    `layout_keys`: as `flatten.PaddingFreeCollator`'s."""
 
-    def __init__(self, collator, budget: TokenBudget):
+    def __init__(self, collator, budget: TokenBudget, layout_keys: tuple[str, ...] = REPAD_KEYS):
         super().__init__(collator)
-        self.budget = budget
+        self.budget, self.layout_keys = budget, layout_keys
 
     def __call__(self, features):
         batch = self.collator(features)
         try:
-            return lay_out(batch, self.budget)
+            return lay_out(batch, self.budget, self.layout_keys)
         except DoesNotFit:  # a batch the sampler did not make (evaluation): the padding-free layout
-            return add_target_positions(flatten_batch(batch))
+            return add_target_positions(flatten_batch(batch, self.layout_keys))
 
 
 def padding_waste(batches: Sequence[Sequence[int]], lengths: Sequence[int], budget: TokenBudget) -> float:

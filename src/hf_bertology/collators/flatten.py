@@ -23,12 +23,16 @@ from .base import CollatorWrapper
 POSITION_KEYS = ("sbo_boundaries",)
 # Label keys -> the key of their labelled tokens' flat indices (module docstring, "Target positions").
 TARGET_POSITIONS = {"labels": "target_positions", "sbo_labels": "sbo_target_positions"}
+# The re-padded layout the CPU's attention reads (`training.attention`), made once per batch here; a run whose
+# attention runs a varlen kernel reads none of them (`training.attention.layout_keys_read`): they are not made.
+REPAD_KEYS = ("packed_slots", "packed_index", "packed_key_bias", "packed_key_mask")
 # Keys that cannot be flattened (XLNet's permutation inputs are (B, L, L) / (B, P, L) by construction).
 UNFLATTENABLE = ("perm_mask", "target_mapping")
 
 
-def flatten_batch(batch: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """A right-padded batch (`attention_mask` `(B, L)`) as one padding-free row (module docstring)."""
+def flatten_batch(batch: dict[str, torch.Tensor], layout_keys: tuple[str, ...] = REPAD_KEYS) -> dict[str, Any]:
+    """A right-padded batch (`attention_mask` `(B, L)`) as one padding-free row (module docstring), with the keys
+    of the re-padded layout named in `layout_keys` (`REPAD_KEYS`)."""
     if "attention_mask" not in batch:
         raise ValueError("flatten_batch needs the batch's attention_mask to know which tokens are real")
     for key in UNFLATTENABLE:
@@ -62,7 +66,7 @@ def flatten_batch(batch: dict[str, torch.Tensor]) -> dict[str, Any]:
             flat[key] = value  # per-example keys: (B,), kept
     starts = flat.pop("document_starts", None)
     if starts is not None:  # packed documents: the units are the documents of every row
-        flat.update(document_units(starts[0].bool() | _row_starts(lengths)))
+        flat.update(document_units(starts[0].bool() | _row_starts(lengths), layout_keys))
     else:
         flat["position_ids"] = positions.unsqueeze(0)  # (1, T)
         flat["cu_seq_lens_q"] = flat["cu_seq_lens_k"] = cu_seqlens
@@ -70,9 +74,8 @@ def flatten_batch(batch: dict[str, torch.Tensor]) -> dict[str, Any]:
         # Where each token sits in a (B, longest) layout and which keys are real there, for attention kernels
         # without variable lengths (the CPU): computed here once per batch rather than in every layer (and
         # `bucketize` does not compile on every torch).
-        flat["packed_slots"] = row * longest + positions  # (T,)
-        flat["packed_key_mask"] = torch.arange(longest)[None, :] < lengths[:, None]  # (B, longest): the real keys
-        flat.update(repad_layout(flat["packed_slots"], flat["packed_key_mask"]))
+        key_mask = torch.arange(longest)[None, :] < lengths[:, None]  # (B, longest): the real keys
+        flat.update(repad_layout(row * longest + positions, key_mask, layout_keys))
     flat["attention_mask"] = torch.ones_like(flat["position_ids"])  # counts only: every token is real
     if any(key in batch for key in TARGET_POSITIONS.values()):  # they index the padded layout: index the flat one
         add_target_positions(flat)
@@ -86,8 +89,9 @@ def _row_starts(lengths: torch.Tensor) -> torch.Tensor:
     return starts
 
 
-def document_units(starts: torch.Tensor) -> dict[str, Any]:
-    """The variable-length keys of a flat row whose units begin where `starts` (`(T,)` bool) is True."""
+def document_units(starts: torch.Tensor, layout_keys: tuple[str, ...] = REPAD_KEYS) -> dict[str, Any]:
+    """The variable-length keys of a flat row whose units begin where `starts` (`(T,)` bool) is True (those of the
+    re-padded layout named in `layout_keys`)."""
     total = starts.numel()
     begin = starts.nonzero().squeeze(1)  # (D,) first token of every document
     cu_seqlens = torch.cat([begin, torch.tensor([total])]).to(torch.int32)
@@ -102,22 +106,31 @@ def document_units(starts: torch.Tensor) -> dict[str, Any]:
         "cu_seq_lens_k": cu_seqlens,
         "max_length_q": longest,
         "max_length_k": longest,
-        "packed_slots": slots,
-        "packed_key_mask": key_mask,  # (D, longest): the real keys
-        **repad_layout(slots, key_mask),
+        **repad_layout(slots, key_mask, layout_keys),  # key mask (D, longest): the real keys
     }
 
 
-def repad_layout(slots: torch.Tensor, key_mask: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The rest of what the re-padded attention (the CPU's, `training.attention`) needs, made once per batch here
-    rather than in every layer: each token's `(example, column)` in the `(B, longest)` layout (`packed_index`,
-    `(2, T)`: one index reads the attention's output back) and the keys' additive mask (`packed_key_bias`,
-    `(B, 1, 1, longest)`: 0 at real keys, -inf elsewhere, which SDPA adds as it is instead of converting a boolean
-    mask in every layer)."""
-    width = key_mask.shape[1]
-    index = torch.stack((slots // width, slots % width))
-    bias = torch.zeros(key_mask.shape).masked_fill_(~key_mask, float("-inf"))
-    return {"packed_index": index, "packed_key_bias": bias[:, None, None, :]}
+def repad_layout(
+    slots: torch.Tensor, key_mask: torch.Tensor, layout_keys: tuple[str, ...] = REPAD_KEYS
+) -> dict[str, torch.Tensor]:
+    """What the re-padded attention (the CPU's, `training.attention`) needs, made once per batch here rather than in
+    every layer, restricted to `layout_keys`: each token's slot `row * longest + column` (`packed_slots`, `(T,)`)
+    and its `(example, column)` (`packed_index`, `(2, T)`: one index reads the attention's output back), the
+    keys' additive mask (`packed_key_bias`, `(B, 1, 1, longest)`: 0 at real keys, -inf elsewhere, which SDPA adds
+    as it is instead of converting a boolean mask in every layer) and the boolean one (`packed_key_mask`,
+    `(B, longest)`, which a sliding window combines with)."""
+    out = {}
+    if "packed_slots" in layout_keys:
+        out["packed_slots"] = slots
+    if "packed_key_mask" in layout_keys:
+        out["packed_key_mask"] = key_mask
+    if "packed_index" in layout_keys:
+        width = key_mask.shape[1]
+        out["packed_index"] = torch.stack((slots // width, slots % width))
+    if "packed_key_bias" in layout_keys:
+        bias = torch.zeros(key_mask.shape).masked_fill_(~key_mask, float("-inf"))
+        out["packed_key_bias"] = bias[:, None, None, :]
+    return out
 
 
 def add_target_positions(batch: dict[str, Any]) -> dict[str, Any]:
@@ -146,13 +159,20 @@ class PaddingFreeCollator(TargetPositionsCollator):
 
     `collator = PaddingFreeCollator(recipe.build_collator(tokenizer))`; the model needs an attention
     implementation that reads `cu_seq_lens_q` (`hf_bertology.training.attention.use_padding_free(model)`).
+    `layout_keys`: the re-padded layout's keys the run's attention reads (default all; `run_trainer.build_trainer`
+    sets those of the run, none on CUDA's varlen kernels).
     """
 
+    def __init__(self, collator, layout_keys: tuple[str, ...] = REPAD_KEYS):
+        super().__init__(collator)
+        self.layout_keys = layout_keys
+
     def __call__(self, features):
-        return add_target_positions(flatten_batch(self.collator(features)))
+        return add_target_positions(flatten_batch(self.collator(features), self.layout_keys))
 
 
 __all__ = [
+    "REPAD_KEYS",
     "TARGET_POSITIONS",
     "TargetPositionsCollator",
     "PaddingFreeCollator",

@@ -23,6 +23,7 @@ from ..utils import (
     parse_arguments,
     read_argument_file,
 )
+from .attention import PACKED_IMPLEMENTATIONS
 from .input_checks import MIN_SEQ_LENGTH, check_counts, check_range, check_training_arguments
 
 
@@ -121,12 +122,14 @@ class DataArguments:
             "except with --streaming or an --attn_implementation that reads padded batches only."
         },
     )
-    fixed_shape_batches: bool = field(
-        default=False,
+    fixed_shape_batches: bool | None = field(
+        default=None,
         metadata={
             "help": "Padding-free steps of one fixed shape: a token budget of about per_device_train_batch_size "
             "examples, filled by best-fit packing, so a compiled step never recompiles and can be a CUDA graph "
-            "(docs/speed.md). Needs padding-free batches and a map-style dataset."
+            "(docs/speed.md). Needs padding-free batches and a map-style dataset. Default: on CUDA with "
+            "compilation, on (with --torch_compile_mode reduce-overhead) for the recipes a GPU measured no slower "
+            "that way (docs/speed.md, 'The CUDA defaults'); off elsewhere."
         },
     )
     batch_size_warmup_tokens: int | None = field(
@@ -158,13 +161,15 @@ PRETRAIN_DEFAULTS = {
 
 
 def device_defaults(explicit: set[str], streaming: bool = False) -> dict:
-    """On a CUDA device: bf16 mixed precision (where supported), TF32 matmuls and fused AdamW, the settings every
-    fast BERT pretraining uses (NVIDIA, MosaicBERT, Cramming), batches copied to the device without blocking
+    """On a CUDA device: the model compiled (`torch_compile`; a compilation that fails goes on eager in one line,
+    `training.compilation`), bf16 mixed precision (where supported), TF32 matmuls and fused AdamW, the settings
+    every fast BERT pretraining uses (NVIDIA, MosaicBERT, Cramming), batches copied to the device without blocking
     (from pinned memory, the Trainer's default: a blocking copy waits for every kernel queued before it), and
     collated in DataLoader workers (up to 4, half the cores; not when streaming, where the masks of examples
     without ids come from the workers' own RNGs, which no checkpoint saves), so that the host only launches
     kernels (docs/speed.md §4: one worker makes 3-15M tokens/s, a GPU at 45% MFU eats under 1M; 4 workers with
-    torch's prefetch of 2 leave room for workers 10x slower on a busy host). A flag still wins, and `--use_cpu` keeps the CPU's, with no pinned memory (`accelerator_defaults`)."""
+    torch's prefetch of 2 leave room for workers 10x slower on a busy host). A flag still wins (`--torch_compile
+    false` trains eager), and `--use_cpu` keeps the CPU's, with no pinned memory (`accelerator_defaults`)."""
     import torch
 
     if "use_cpu" in explicit:
@@ -177,7 +182,39 @@ def device_defaults(explicit: set[str], streaming: bool = False) -> dict:
         defaults["dataloader_num_workers"] = workers
     if torch.cuda.is_bf16_supported() and "fp16" not in explicit:
         defaults["bf16"] = True
+    defaults["torch_compile"] = True  # the slots' BERT-base: 1.61x the eager step (docs/speed.md)
     return defaults
+
+
+# Variants whose fixed-shape steps with CUDA graphs a GPU measured no slower than the dynamic compiled step: there
+# they are the CUDA default under compilation (docs/speed.md, "The CUDA defaults", says what the others need).
+CUDA_GRAPH_VARIANTS = frozenset({"bert"})
+
+
+def fast_path(
+    recipe: Recipe, model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments,
+    explicit: set[str],
+) -> None:  # fmt: skip
+    """Fixed-shape steps and CUDA graphs (`--fixed_shape_batches`, `--torch_compile_mode reduce-overhead`) by default
+    where they apply and were measured no slower: a compiled run on CUDA (not `--use_cpu`), a recipe of
+    `CUDA_GRAPH_VARIANTS` on its own encoder, padding-free batches (not `--streaming`, `--padding_free false`, nor
+    an attention that reads padded batches only); a flag always wins. Sets `data_args.fixed_shape_batches` (False
+    where it stays off) and the compile mode."""
+    if data_args.fixed_shape_batches is not None:
+        return
+    attention = model_args.attn_implementation
+    data_args.fixed_shape_batches = bool(
+        torch.cuda.is_available()
+        and not training_args.use_cpu
+        and training_args.torch_compile
+        and recipe.variant in CUDA_GRAPH_VARIANTS
+        and recipe.backbone is None
+        and data_args.padding_free is not False
+        and not data_args.streaming
+        and (attention is None or attention in PACKED_IMPLEMENTATIONS)
+    )
+    if data_args.fixed_shape_batches and "torch_compile_mode" not in explicit:
+        training_args.torch_compile_mode = "reduce-overhead"  # static shapes: the step replays as a CUDA graph
 
 
 def explicit_keys(argv: list[str]) -> set[str]:

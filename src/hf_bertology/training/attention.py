@@ -40,14 +40,15 @@ def _repad_sdpa(
     """
     _, heads, total, dim = query.shape
     rows = cu_seqlens.numel() - 1
-    if slots is None or key_mask is None:
+    index, bias = layout if layout is not None else (None, None)
+    if slots is None:
         cu = cu_seqlens.to(torch.long)
         token = torch.arange(total, device=cu.device)
         row = torch.bucketize(token, cu[1:], right=True)  # (T,) example of every token
         slots = row * max_len + (token - cu[row])
+    if key_mask is None and (bias is None or window is not None):  # the bias stands for it, but in a window
         key_mask = packed_key_mask(cu_seqlens, max_len)
     slots = slots.to(query.device)
-    index, bias = layout if layout is not None else (None, None)
     if bias is not None and window is None:
         keep = bias if bias.dtype == query.dtype else bias.to(query.dtype)  # (B, 1, 1, max_len)
     else:
@@ -154,6 +155,33 @@ def packed_attention_forward(
     return out, None
 
 
+def head_size(config) -> int:
+    """A config's attention head size."""
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+def layout_keys_read(model: torch.nn.Module, device_type: str, half: bool) -> tuple[str, ...]:
+    """The keys of the re-padded layout (`collators.flatten.REPAD_KEYS`) that `model`'s attention reads on
+    `device_type`, `half` meaning bf16/fp16 autocast: none where every padding-free attention runs a varlen kernel
+    (transformers' `flash_attention_*`; `sdpa_packed` on CUDA in half precision with a head size FlashAttention
+    takes, `flash_varlen_applies`); else the slots, index and bias of `_repad_sdpa`, and the boolean key mask where
+    a layer attends in a sliding window (ModernBERT's local layers). The collators make and the Trainer copies to the
+    device only these."""
+    keys: set[str] = set()
+    for module in model.modules():
+        if not isinstance(module, PreTrainedModel) or module.config._attn_implementation != PACKED_ATTENTION:
+            continue
+        dim = head_size(module.config)
+        if device_type == "cuda" and half and dim % 8 == 0 and dim <= 256:
+            continue  # `flash_varlen_applies`
+        keys |= {"packed_slots", "packed_index", "packed_key_bias"}
+        if getattr(module.config, "local_attention", None) or getattr(module.config, "sliding_window", None):
+            keys.add("packed_key_mask")
+    from ..collators.flatten import REPAD_KEYS
+
+    return tuple(key for key in REPAD_KEYS if key in keys)
+
+
 def register_packed_attention() -> str:
     """Register `sdpa_packed` (attention, and SDPA's mask for padded batches) with transformers; idempotent."""
     AttentionInterface.register(PACKED_ATTENTION, packed_attention_forward)
@@ -226,6 +254,7 @@ __all__ = [
     "PACKED_ATTENTION",
     "PACKED_IMPLEMENTATIONS",
     "default_attention",
+    "layout_keys_read",
     "packed_attention_forward",
     "packed_key_mask",
     "register_packed_attention",

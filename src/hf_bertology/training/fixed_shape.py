@@ -78,7 +78,7 @@ def use_fixed_shape(trainer, max_seq_length: int, rows_per_example_length: int =
         rows_per_example_length=rows_per_example_length,
         target_fraction=getattr(collator, "mlm_probability", 0.15),  # the recipe's masking rate sizes the targets
     )
-    trainer.data_collator = FixedShapeCollator(collator.collator, budget)
+    trainer.data_collator = FixedShapeCollator(collator.collator, budget, collator.layout_keys)
     seed = args.data_seed if args.data_seed is not None else args.seed
     trainer.train_batch_sampler = TrainerTokenBudgetSampler(
         lengths, budget, seed=seed, num_replicas=args.world_size, rank=args.process_index

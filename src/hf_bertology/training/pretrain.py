@@ -19,7 +19,7 @@ import transformers
 from transformers import TrainingArguments, set_seed
 
 from ..utils import run_command, set_verbosity
-from .arguments import DataArguments, ModelArguments, check_sizes, parse_args, training_arguments
+from .arguments import DataArguments, ModelArguments, check_sizes, fast_path, parse_args, training_arguments
 from .batch_warmup import use_batch_size_warmup
 from .batches import configure_batches
 from .checkpoints import run_lock
@@ -59,6 +59,7 @@ def run_pretraining(
     recipe = build_recipe(model_args)
     training_args = training_arguments(training_args, recipe, explicit, data_args.streaming)
     check_sizes(model_args, data_args, training_args)
+    fast_path(recipe, model_args, data_args, training_args, explicit)
     callbacks = [*(callbacks or []), *stream_per_process(training_args, data_args.streaming, explicit)]
     with run_lock(training_args.output_dir, training_args.process_index == 0):  # one run per folder
         resume_from = resolve_resume(

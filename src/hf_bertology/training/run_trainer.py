@@ -12,6 +12,7 @@ from transformers import TrainingArguments
 
 from ..recipes.recipe import Recipe
 from ..utils import logger
+from .attention import layout_keys_read
 from .callbacks import SaveOnInterrupt, callbacks_for
 
 
@@ -53,7 +54,17 @@ def build_trainer(
         callbacks=[*callbacks_for(model, recipe.networks), SaveOnInterrupt(), *(callbacks or [])],
     )
     warn_if_fsdp_ignored(trainer)
+    send_only_what_attention_reads(trainer)
     return trainer, push_args
+
+
+def send_only_what_attention_reads(trainer) -> None:
+    """A padding-free collator makes (and the Trainer copies to the device) only the re-padded layout's keys that the
+    run's attention reads (`attention.layout_keys_read`): none on CUDA's varlen kernels, where they would be made
+    and copied every step for nothing."""
+    collator, args = trainer.data_collator, trainer.args
+    if "layout_keys" in getattr(collator, "__dict__", {}):
+        collator.layout_keys = layout_keys_read(trainer.model, args.device.type, bool(args.bf16 or args.fp16))
 
 
 def train_and_evaluate(trainer, resume_from: str | None = None) -> dict:

@@ -8,7 +8,7 @@ What it adds to the stock Trainer (each with its reasons and sources in docs/tra
 4. the collator's RNG states of the batches collated ahead, saved with a checkpoint and replayed on resuming;
 5. checkpoints marked complete and rotated by step (`checkpoints.py`, docs/reliability.md);
 6. no host sync in a training step: the tokens seen are counted on the device (`sync_tokens_seen`);
-7. one compilation under `--torch_compile`: dynamic shapes from the start;
+7. one compilation under `--torch_compile`: dynamic shapes from the start; a failed one goes on eager, in one line;
 8. a joint model's parts clipped apart (`gradient_clipping_groups`);
 9. the optimizers and schedules a recipe names (`optimizers.py`) and a later phase's optimizer state (`phases.py`).
 """
@@ -28,6 +28,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, IntervalStrategy
 from ..collators.base import EXAMPLE_ID, CollatorWrapper
 from ..utils import logger
 from .checkpoints import last_complete_checkpoint, mark_complete, prepare_folder, rotate, save_failed, write_failure
+from .compilation import EagerFallback
 from .optimizers import AdamWNoBiasCorrection, decays_from_start, warmup_linear_schedule, without_bias_correction
 from .phases import restart_override
 
@@ -104,6 +105,7 @@ class BertologyTrainer(Trainer):
         self._replaying = False  # resuming mid-epoch: the collator restores the RNG, the Trainer must not again
         self._tokens_pending: torch.Tensor | None = None  # real tokens seen since the last read (on the device)
         self._model_label_names = list(self.label_names)  # every label the model's forward takes
+        self._compile_fallback = EagerFallback()  # 7.
         # The training dataloader's collator, wrapped (evaluation batches must not count).
         self._recorder = RngRecordingCollator(self.data_collator) if self.data_collator is not None else None
         if hasattr(self.data_collator, "set_run_seed"):  # masks keyed by (seed, epoch, example id)
@@ -320,7 +322,13 @@ class BertologyTrainer(Trainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if model.training and self._takes_return_metrics():
             inputs = {**inputs, "return_metrics": self._logs_this_step()}
-        loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
+        # 7.: the compiled model's first call compiles; where that fails, this and every later step run eager
+        loss, outputs = self._compile_fallback.call(
+            model,
+            lambda run: super(BertologyTrainer, self).compute_loss(
+                run, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch
+            ),
+        )
         self._record(outputs, num_items_in_batch, model.training)
         return (loss, outputs) if return_outputs else loss
 
