@@ -10,7 +10,7 @@ What it adds to the stock Trainer (each with its reasons and sources in docs/tra
 6. no host sync in a training step: the tokens seen are counted on the device (`sync_tokens_seen`);
 7. one compilation under `--torch_compile`: dynamic shapes from the start;
 8. a joint model's parts clipped apart (`gradient_clipping_groups`);
-9. the optimizers and schedules a recipe names (`optimizers.py`) and a later phase's optimizer state (`phases.py`).
+9. the optimizers, decay sets and schedules a recipe names (`optimizers.py`) and a later phase's optimizer state (`phases.py`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, IntervalStrategy
 from ..collators.base import EXAMPLE_ID, CollatorWrapper
 from ..utils import logger
 from .checkpoints import last_complete_checkpoint, mark_complete, prepare_folder, rotate, save_failed, write_failure
-from .optimizers import AdamWNoBiasCorrection, decays_from_start, warmup_linear_schedule, without_bias_correction
+from .optimizers import OfficialOptimizers
 from .phases import restart_override
 
 # Engines that clip inside themselves (sharded or compiled gradients): there the stock global clipping stays.
@@ -95,7 +95,7 @@ def is_count_key(key: str) -> bool:
     return key == "labels" or key.endswith("_label") or key.endswith("_labels")
 
 
-class BertologyTrainer(Trainer):
+class BertologyTrainer(OfficialOptimizers, Trainer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._components: dict[str, dict[str, list[torch.Tensor]]] = {"train": {}, "eval": {}}
@@ -139,14 +139,7 @@ class BertologyTrainer(Trainer):
             plugin.dynamic = True
         return args
 
-    # -- 9. the official optimizers ------------------------------------------------------------------------------
-    @staticmethod
-    def get_optimizer_cls_and_kwargs(args, model=None):
-        if not without_bias_correction(args):
-            return Trainer.get_optimizer_cls_and_kwargs(args, model)
-        kwargs = {"lr": args.learning_rate, "betas": (args.adam_beta1, args.adam_beta2), "eps": args.adam_epsilon}
-        return AdamWNoBiasCorrection, kwargs
-
+    # -- 9. the official optimizers (`OfficialOptimizers`: optimizer, decay sets, schedule) ------------------------
     def create_optimizer(self, model=None):
         fresh = self.optimizer is None
         optimizer = super().create_optimizer(model)
@@ -154,14 +147,6 @@ class BertologyTrainer(Trainer):
         if fresh and start is not None and not getattr(self, "_resuming", False):
             restart_override(optimizer, start, self.args.learning_rate, self.args.weight_decay)
         return optimizer
-
-    def create_scheduler(self, num_training_steps: int, optimizer=None):
-        if self.lr_scheduler is not None or not decays_from_start(self.args):
-            return super().create_scheduler(num_training_steps, optimizer)
-        warmup = self.args.get_warmup_steps(num_training_steps)
-        self.lr_scheduler = warmup_linear_schedule(optimizer or self.optimizer, warmup, num_training_steps)
-        self._created_lr_scheduler = True
-        return self.lr_scheduler
 
     # -- 8. parts clipped apart ----------------------------------------------------------------------------------
     def _clip_grad_norm(self, model):
