@@ -290,3 +290,22 @@ def test_layerwise_fine_tuning_takes_electras_optimizer_and_optim_args(tmp_path)
     assert {g["weight_decay"] for g in kwargs["params"]} == {0.01}
     assert built(lr_scheduler_kwargs={"decay_from_start": False})[2].lr_scheduler_kwargs == {"decay_from_start": False}
     assert not built(lr_scheduler_type="cosine")[2].lr_scheduler_kwargs
+
+
+# -- ModernBERT's batch-size warmup under gradient accumulation --------------------------------------------------------
+
+
+def test_batch_warmup_under_accumulation_starts_at_one_micro_batch():
+    """The official ramp counts the step's batch in micro-batches of `min_size` (sequence_packer.py:402,409): with
+    4 micro-batches a step the first step has 96 examples (24 per micro-batch), not 4 x 96, and it takes
+    4 x as many sizes to reach the full step of 4 x 192."""
+    from hf_bertology.training.batch_warmup import BatchSizeWarmup
+
+    warmup = BatchSizeWarmup(10**6, 96, 192, 128, accumulation=4)
+    sizes = warmup.sizes()
+    assert sizes[0] == 96 and [warmup.size_at(i, sizes) for i in range(4)] == [24, 24, 24, 24]
+    assert sorted(set(sizes)) == [96 * rows for rows in range(1, 8)]  # 1 to 7 micro-batches, then the full 8
+    assert warmup.size_at(4 * len(sizes), sizes) == 192
+    assert sum(warmup.size_at(i, sizes) for i in range(4, 8)) == sizes[1]  # a step's micro-batches hold its size
+    with pytest.raises(BertologyError, match="need an example each"):
+        BatchSizeWarmup(10**6, 2, 192, 128, accumulation=4)
