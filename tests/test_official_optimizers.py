@@ -157,18 +157,38 @@ def test_electra_warmup_runs_with_the_decay(tmp_path):
     assert electra[5] == pytest.approx(0.5 * 0.95) and bert[5] == pytest.approx(0.5)
 
 
-def test_adam_weight_decay_equals_the_transcription():
-    """Twenty steps of random gradients with weight decay: `AdamWNoBiasCorrection` equals bert's update."""
+def steps_against_transcription(trainer, official_update, official_lr, steps: int) -> None:
+    """`steps` random gradients through `trainer`'s optimizer and schedule, and through `official_update(data, m, v,
+    grad, lr, exempt)` per parameter (`exempt`: the official `exclude_from_weight_decay` names it) at
+    `official_lr(step)`: every parameter ends equal."""
+    optimizer = trainer.create_optimizer()
+    scheduler = trainer.create_scheduler(num_training_steps=steps)
+    params = dict(trainer.model.named_parameters())
+    state = {name: (p.detach().clone(), torch.zeros_like(p), torch.zeros_like(p)) for name, p in params.items()}
     gen = torch.Generator().manual_seed(0)
-    weight = torch.nn.Parameter(torch.randn(6, 5, generator=gen))
-    ours = AdamWNoBiasCorrection([weight], lr=1e-2, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)
-    data, m, v = weight.detach().clone(), torch.zeros(6, 5), torch.zeros(6, 5)
-    for _ in range(20):
-        grad = torch.randn(6, 5, generator=gen)
-        weight.grad = grad.clone()
-        ours.step()
-        official_adam_weight_decay(data, m, v, grad, 1e-2, 0.9, 0.999, 1e-6, 0.01)
-    torch.testing.assert_close(weight.detach(), data, rtol=1e-5, atol=1e-7)
+    for step in range(steps):
+        lr = official_lr(step)
+        assert scheduler.get_last_lr()[0] == pytest.approx(lr, abs=1e-15)
+        for name, p in params.items():
+            p.grad = torch.randn(p.shape, generator=gen)
+            official_update(*state[name], p.grad, lr, re.search(OFFICIAL_NO_DECAY, name) is not None)
+        optimizer.step()
+        scheduler.step()
+    for name, p in params.items():
+        torch.testing.assert_close(p.detach(), state[name][0], rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("recipe", ["bert-base", "electra-base"])
+def test_adam_weight_decay_equals_the_transcription(tmp_path, recipe):
+    """The recipe's arguments on its tiny model: 30 steps (warmup and decay included) equal the official
+    AdamWeightDecay update parameter by parameter, with its exclusions from weight decay."""
+    trainer = recipe_trainer(tmp_path, recipe, learning_rate=1e-2, max_steps=30, warmup_steps=5)
+
+    def update(data, m, v, grad, lr, exempt):
+        official_adam_weight_decay(data, m, v, grad, lr, 0.9, 0.999, 1e-6, 0.0 if exempt else 0.01)
+
+    schedule = official_bert_lr if recipe == "bert-base" else official_electra_lr
+    steps_against_transcription(trainer, update, lambda step: schedule(step, 1e-2, 30, 5), 30)
 
 
 def test_albert_trains_with_lamb_as_the_transcription(tmp_path):
@@ -176,7 +196,6 @@ def test_albert_trains_with_lamb_as_the_transcription(tmp_path):
     steps of random gradients (warmup and decay included) equal the official update parameter by parameter."""
     trainer = recipe_trainer(tmp_path, "albert-base", learning_rate=1e-2, max_steps=100, warmup_steps=10)
     optimizer = trainer.create_optimizer()
-    scheduler = trainer.create_scheduler(num_training_steps=100)
     assert type(optimizer) is Lamb
     params = dict(trainer.model.named_parameters())
     exempt = {name for name in params if re.search(OFFICIAL_NO_DECAY, name)}
@@ -184,20 +203,11 @@ def test_albert_trains_with_lamb_as_the_transcription(tmp_path):
     assert {name for name, p in params.items() if id(p) not in adapted} == exempt
     assert {name for name, decay in decay_of(trainer).items() if decay == 0} == exempt
     assert exempt and len(exempt) < len(params)
-    state = {name: (p.detach().clone(), torch.zeros_like(p), torch.zeros_like(p)) for name, p in params.items()}
-    gen = torch.Generator().manual_seed(0)
-    for step in range(100):
-        lr = official_bert_lr(step, 1e-2, 100, 10)
-        assert scheduler.get_last_lr()[0] == pytest.approx(lr, abs=1e-15)
-        for name, p in params.items():
-            p.grad = torch.randn(p.shape, generator=gen)
-            data, m, v = state[name]
-            decay = 0.0 if name in exempt else 0.01
-            official_lamb(data, m, v, p.grad, lr, 0.9, 0.999, 1e-6, decay, name not in exempt)
-        optimizer.step()
-        scheduler.step()
-    for name, p in params.items():
-        torch.testing.assert_close(p.detach(), state[name][0], rtol=1e-4, atol=1e-6, msg=name)
+
+    def update(data, m, v, grad, lr, exempt):
+        official_lamb(data, m, v, grad, lr, 0.9, 0.999, 1e-6, 0.0 if exempt else 0.01, not exempt)
+
+    steps_against_transcription(trainer, update, lambda step: official_bert_lr(step, 1e-2, 100, 10), 100)
 
 
 def test_lamb_trust_ratio_is_one_at_a_zero_norm():
@@ -309,3 +319,35 @@ def test_batch_warmup_under_accumulation_starts_at_one_micro_batch():
     assert sum(warmup.size_at(i, sizes) for i in range(4, 8)) == sizes[1]  # a step's micro-batches hold its size
     with pytest.raises(BertologyError, match="need an example each"):
         BatchSizeWarmup(10**6, 2, 192, 128, accumulation=4)
+
+
+# -- composed DeBERTa-v3 cells clip each network apart ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cell", ["deberta-v3-tiny@roberta", "deberta-v3-tiny@bert", "electra-tiny@roberta"])
+def test_composed_rtd_cells_clip_as_their_objective(tmp_path, cell):
+    """DeBERTa-v3's objective on another encoder clips the generator and the discriminator apart, as its decoupled
+    training (rtd_task.py:265,351): a generator gradient 1000x the discriminator's leaves the discriminator's alone.
+    ELECTRA's (one optimizer, model/optimization.py:62) clips the whole."""
+    from transformers import TrainingArguments
+
+    from hf_bertology.training.trainer import BertologyTrainer
+
+    torch.manual_seed(0)
+    model = hb.get_recipe(cell).build_model()
+    args = TrainingArguments(output_dir=str(tmp_path), max_grad_norm=1.0, report_to=[], use_cpu=True)
+    trainer = BertologyTrainer(model=model, args=args)
+    generator = [p for p in model.generator.parameters() if p.requires_grad]
+    others = [p for p in model.parameters() if p.requires_grad and all(p is not q for q in generator)]
+    for group, norm in ((generator, 500.0), (others, 0.5)):  # constant gradients whose norm over the group is `norm`
+        count = sum(p.numel() for p in group)
+        for p in group:
+            p.grad = torch.full_like(p, norm / count**0.5)
+    before = [p.grad.clone() for p in others]
+    reported = trainer._clip_grad_norm(model)
+    assert torch.allclose(reported, torch.tensor((500.0**2 + 0.5**2) ** 0.5), rtol=1e-4)
+    apart = all(torch.equal(p.grad, g) for p, g in zip(others, before))
+    assert apart == cell.startswith("deberta-v3")
+    if not apart:  # the whole clipped to 1: the discriminator's share scaled down with the generator's
+        whole = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in generator + others]))
+        assert torch.allclose(whole, torch.tensor(1.0), rtol=1e-4)

@@ -158,7 +158,7 @@ class BertologyTrainer(OfficialOptimizers, Trainer):
                 model,
                 getattr(self.accelerator.unwrap_model(model), "gradient_clipping_groups", None),
             )
-        groups = cached[1]
+        groups = cached[1]() if cached[1] is not None else None  # None: the model clips as a whole
         if (
             groups is None
             or self.accelerator.distributed_type in CLIP_WHOLE_TYPES
@@ -166,7 +166,7 @@ class BertologyTrainer(OfficialOptimizers, Trainer):
         ):
             return super()._clip_grad_norm(model)
         self.accelerator.unscale_gradients()  # fp16 loss scaling: once, before any norm
-        norms = [torch.nn.utils.clip_grad_norm_(group, self.args.max_grad_norm) for group in groups() if group]
+        norms = [torch.nn.utils.clip_grad_norm_(group, self.args.max_grad_norm) for group in groups if group]
         return torch.linalg.vector_norm(torch.stack(norms))  # (): the whole model's norm, as the stock log has it
 
     # -- 1. counts per objective -----------------------------------------------------------------------------
