@@ -351,3 +351,17 @@ def test_composed_rtd_cells_clip_as_their_objective(tmp_path, cell):
     if not apart:  # the whole clipped to 1: the discriminator's share scaled down with the generator's
         whole = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in generator + others]))
         assert torch.allclose(whole, torch.tensor(1.0), rtol=1e-4)
+
+
+def test_optimizer_step_benchmark_runs():
+    """`benchmarks/optimizer_step.py` (docs/benchmarks.md) at bert-tiny's size: one row per optimizer, fused AdamW
+    the reference."""
+    import subprocess
+
+    from platform_support import PYTHON, REPO, subprocess_env
+
+    command = [PYTHON, "benchmarks/optimizer_step.py", "--recipe", "bert-tiny", "--steps", "1", "--repeats", "1"]
+    done = subprocess.run(command, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and "ms / step" not in line]
+    assert len(rows) == 5 and rows[0].endswith("| 1.00 |") and "Lamb (albert)" in rows[-1]

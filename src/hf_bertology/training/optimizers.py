@@ -88,7 +88,7 @@ class Lamb(AdamWNoBiasCorrection):
     `AdamWNoBiasCorrection` (weight decay inside u), scaled per tensor by the trust ratio ‖w‖/‖u‖ (1 where either
     norm is 0), w -= ratio·lr·u. A param group with `layer_adaptation` False takes no ratio (the official
     `exclude_from_layer_adaptation`, which defaults to the weight-decay exclusions). No bias correction, no clamp
-    of the ratio (pytorch-optimizer's `Lamb` clamps ‖w‖ at 10 and differs in its decay). Foreach kernels; the
+    of the ratio (pytorch-optimizer's `Lamb` clamps ‖w‖ at 10 and divides by ‖u‖ + ε). Foreach kernels; the
     ratios stay on the device."""
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0.0):
