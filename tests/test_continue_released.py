@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 from transformers import (
     AutoTokenizer,
     BertConfig,
@@ -64,25 +64,61 @@ def released_electra(tmp_path, tokenizer, generator_hidden: int = 32, same_embed
     return save(discriminator, tokenizer, tmp_path / "disc"), save(generator, tokenizer, tmp_path / "gen")
 
 
+# microsoft's deberta-v3-*'s config.json keys
+MICROSOFT_V3 = {
+    "max_position_embeddings": 128,
+    "position_biased_input": False,
+    "relative_attention": True,
+    "pos_att_type": "p2c|c2p",
+    "position_buckets": 32,
+    "norm_rel_ebd": "layer_norm",
+    "share_att_key": True,
+    "max_relative_positions": -1,
+}
+
+
 def released_deberta(tmp_path, tokenizer):
-    vocab = len(tokenizer)
-    config = {
-        "vocab_size": vocab,
-        "max_position_embeddings": 128,
-        "position_biased_input": False,
-        "relative_attention": True,
-        "pos_att_type": "p2c|c2p",
-        "position_buckets": 32,
-        "norm_rel_ebd": "layer_norm",
-        "share_att_key": True,
-        "max_relative_positions": -1,
-        **DEBERTA_SIZES,
-    }  # microsoft's deberta-v3-*'s keys
+    """The layout our own `discriminator/` and `generator/` folders have (`DebertaV2Model`, and `legacy=True`)."""
+    config = {"vocab_size": len(tokenizer), **MICROSOFT_V3, **DEBERTA_SIZES}
     discriminator = perturbed(DebertaV2Model(DebertaV2Config(**config)), 1)
     generator = perturbed(
         DebertaV2ForMaskedLM(DebertaV2Config(**{**config, "num_hidden_layers": 1, "legacy": True})), 2
     )
     return save(discriminator, tokenizer, tmp_path / "disc"), save(generator, tokenizer, tmp_path / "gen")
+
+
+def microsoft_deberta(tmp_path, tokenizer) -> tuple[Path, Path]:
+    """Folders laid out exactly as microsoft's DeBERTa-v3 releases: a config.json without `legacy` (transformers
+    then reads `legacy=True` and builds a `cls.predictions.*` head), the discriminator's file holding `deberta.*`
+    (with the absolute position table every official DeBERTa builds, `bert.py` BertEmbeddings), the RTD head
+    `mask_predictions.*` and an `lm_predictions.lm_head.*`; the generator's (`pytorch_model.generator.bin`, as
+    docs/pretraining.md converts it) `deberta.*` with its EMD positions and `lm_predictions.lm_head.*`. Built with
+    plain transformers (`legacy=False` gives microsoft's head names) and the released names for the rest."""
+    config = DebertaV2Config(vocab_size=len(tokenizer), **{**MICROSOFT_V3, **DEBERTA_SIZES})
+    random = torch.Generator().manual_seed(5)
+    hidden, positions = config.hidden_size, config.max_position_embeddings
+
+    def part(layers: int, seed: int, extra: dict, folder: Path) -> Path:
+        plain = DebertaV2Config(**{**config.to_dict(), "num_hidden_layers": layers, "legacy": False})
+        state = perturbed(DebertaV2ForMaskedLM(plain), seed).state_dict()
+        state["deberta.embeddings.position_embeddings.weight"] = torch.randn(positions, hidden, generator=random)
+        folder.mkdir()
+        save_file({**{k: v.contiguous() for k, v in state.items()}, **extra}, folder / "model.safetensors")
+        released = {**plain.to_diff_dict(), "num_hidden_layers": layers}
+        released.pop("legacy")
+        (folder / "config.json").write_text(json.dumps(released))
+        tokenizer.save_pretrained(folder)
+        return folder
+
+    rtd_head = {  # microsoft/DeBERTa replaced_token_detection_model.py LMMaskPredictionHead
+        "mask_predictions.dense.weight": torch.randn(hidden, hidden, generator=random),
+        "mask_predictions.dense.bias": torch.randn(hidden, generator=random),
+        "mask_predictions.LayerNorm.weight": 1 + torch.randn(hidden, generator=random) * 0.1,
+        "mask_predictions.LayerNorm.bias": torch.randn(hidden, generator=random),
+        "mask_predictions.classifier.weight": torch.randn(1, hidden, generator=random),
+        "mask_predictions.classifier.bias": torch.randn(1, generator=random),
+    }
+    return part(2, 1, rtd_head, tmp_path / "disc"), part(1, 2, {}, tmp_path / "gen")
 
 
 def continue_run(tmp_path, corpus_file, recipe: str, *flags: str) -> int:
@@ -176,6 +212,74 @@ def test_deberta_v3_from_the_discriminator_alone_keeps_its_table(tmp_path, corpu
     assert_same_tensors(run / "discriminator", disc, inexact={"embeddings.word_embeddings.weight": generator_table})
 
 
+def deberta_tokenizer(corpus_file):
+    from hf_bertology.data.corpus import load_corpus
+
+    return hb.get_recipe("deberta-v3-tiny").train_tokenizer(load_corpus(train_files=[str(corpus_file)])["text"], 300)
+
+
+def assert_near(got: torch.Tensor, want: torch.Tensor, other: torch.Tensor, name: str) -> None:
+    """E_G + Δ against the released E_D: within an ulp of |E_G| + |E_D| (`assert_same_tensors`)."""
+    assert ((got - want).abs() <= 2**-23 * (other.abs() + want.abs())).all(), name
+
+
+POSITIONS = "deberta.embeddings.position_embeddings.weight"
+TABLE = "deberta.embeddings.word_embeddings.weight"
+
+
+@pytest.mark.parametrize("parts", ["both", "discriminator alone"])
+def test_deberta_v3_keeps_every_tensor_of_microsofts_layout(tmp_path, corpus_file, capsys, parts):
+    """Microsoft's layout (`microsoft_deberta`), continued at lr 0: the run's folders hold every released tensor
+    the joint model has a place for, unchanged: the RTD head (in the run's folder, as in the release), the
+    generator's head (`generator/` names it `cls.predictions.*`) and EMD positions (the run's folder), the GDES
+    table within an ulp of |E_G| + |E_D|. With the generator or without it, the discriminator starts the same; the
+    log names what was initialised (nothing with both parts) and what had no place (the discriminator file's
+    unused MLM head and position table, which the official RTD discriminator has no place for either)."""
+    disc, gen = microsoft_deberta(tmp_path, deberta_tokenizer(corpus_file))
+    both = ("--generator_name_or_path", str(gen)) if parts == "both" else ()
+    capsys.readouterr()
+    assert continue_run(tmp_path, corpus_file, "deberta-v3-tiny", "--model_name_or_path", str(disc), *both) == 0
+    err = capsys.readouterr().err.splitlines()
+    run, released = tmp_path / "run", tensors(disc)
+    joint, folder = tensors(run), tensors(run / "discriminator")
+    generator_table = joint[f"generator.{TABLE}"]
+    unused = [name for name in released if name.startswith("lm_predictions.") or name == POSITIONS]
+    for name, value in released.items():
+        if name == TABLE:
+            assert_near(folder[name.removeprefix("deberta.")], value, generator_table, name)
+        elif name not in unused:
+            assert torch.equal(joint[name], value), name  # the RTD head included
+            if name.startswith("deberta."):
+                assert torch.equal(folder[name.removeprefix("deberta.")], value), name
+    (line,) = [line for line in err if "not used" in line]
+    assert line.endswith(", ".join(f"discriminator {name}" for name in unused)), line
+    initialised = [line for line in err if "initialised (not in" in line]
+    if parts == "both":
+        assert initialised == [], initialised
+        written = tensors(run / "generator")
+        for name, value in tensors(gen).items():
+            assert torch.equal(joint[f"generator.{name}"], value), name  # the head and EMD positions included
+            plain = name.replace("lm_predictions.lm_head.", "cls.predictions.transform.").replace(
+                "transform.bias", "bias"
+            )
+            assert name == POSITIONS or torch.equal(written[plain], value), name
+    else:
+        assert initialised[0].endswith(": generator.deberta.*, generator.lm_predictions.*"), initialised
+
+
+def test_deberta_v3_names_the_one_tensor_it_initialises(tmp_path, corpus_file, capsys):
+    """A generator file without its EMD position table: that one tensor is named, not `generator.deberta.*`."""
+    disc, gen = microsoft_deberta(tmp_path, deberta_tokenizer(corpus_file))
+    state = tensors(gen)
+    del state[POSITIONS]
+    save_file(state, gen / "model.safetensors")
+    capsys.readouterr()
+    assert continue_run(tmp_path, corpus_file, "deberta-v3-tiny", "--model_name_or_path", str(disc),
+                        "--generator_name_or_path", str(gen)) == 0  # fmt: skip
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "initialised (not in" in line]
+    assert line.endswith(f": generator.{POSITIONS}"), line
+
+
 def test_rtd_cell_starts_from_both_released_parts(tmp_path, corpus_file, roberta_tokenizer, capsys):
     """An RTD objective on another encoder (DeBERTa-v3's, GDES, on RoBERTa): a released `RobertaModel` and a
     half-depth `RobertaForMaskedLM` generator; the word and position tables rebuilt as E_G + Δ, the rest exact;
@@ -219,6 +323,7 @@ def test_bert_continues_from_minilm_keeping_encoder_and_tokenizer(tmp_path, corp
             assert torch.equal(written[f"bert.{name}"], value), name
     assert sum(f"bert.{name}" in written for name in released) >= len(released) - 1  # position_ids: a buffer
     assert vocabulary(run) == vocabulary(minilm) and len(vocabulary(run)) == 30522
+    assert "\nbase_model:\n- model\n" in (run / "README.md").read_text()  # the released folder, by its name
 
 
 # recipe -> the transformers class its family's releases are (bert-base-uncased, roberta-base, SpanBERT's
@@ -309,3 +414,23 @@ def test_bad_combinations_are_one_line(tmp_path, corpus_file, bert_tokenizer, ca
     err = capsys.readouterr().err.strip().splitlines()  # (progress bars may come first, on stderr too)
     errors = [line for line in err if line.startswith("error:")]
     assert errors == err[-1:] and expected in errors[0], err
+
+
+def test_every_card_of_a_continued_run_names_what_it_continued_from(
+    tmp_path, corpus_file, bert_tokenizer, monkeypatch
+):
+    """The root card and the `discriminator/` and `generator/` cards carry the same `datasets:` and `base_model:`
+    entries (the released folders by name: a local path means nothing on the Hub), and say in a sentence what the
+    run continued from. (`datasets:` names a Hub dataset only: a corpus from the Hub, stood in for here.)"""
+    from hf_bertology.training import outputs
+
+    monkeypatch.setattr(outputs, "card_dataset", lambda data_args: "someone/corpus")
+    disc, gen = released_electra(tmp_path, bert_tokenizer)
+    assert continue_run(tmp_path, corpus_file, "electra-tiny", "--model_name_or_path", str(disc),
+                        "--generator_name_or_path", str(gen)) == 0  # fmt: skip
+    run = tmp_path / "run"
+    for folder in (run, run / "discriminator", run / "generator"):
+        card = (folder / "README.md").read_text()
+        header = card.split("---")[1]
+        assert "\ndatasets:\n- someone/corpus\nbase_model:\n- disc\n- gen\n" in header, (folder, header)
+        assert f"Continued from `{disc}` (the discriminator) and `{gen}` (the generator)" in card, folder

@@ -11,6 +11,7 @@ import random
 import subprocess
 
 import pytest
+from safetensors.torch import load_file, save_file
 from transformers import GPT2Config
 
 from hf_bertology import cli
@@ -599,3 +600,59 @@ def test_an_xlnet_size_override_by_its_own_name_is_applied():
     config = get_recipe("xlnet-tiny", n_head=8, d_inner=40).config
     assert (config.n_head, config.d_head, config.d_inner) == (8, 4, 40)
     assert get_recipe("xlnet-tiny").config.n_head == 4
+
+
+def _truncate(path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+@pytest.mark.parametrize(
+    "case, needles",
+    [
+        ("truncated discriminator", ["disc/model.safetensors cannot be read", "truncated or damaged"]),
+        ("truncated generator", ["gen/model.safetensors cannot be read", "truncated or damaged"]),
+        ("generator without config", ["gen has no config.json"]),
+        ("swapped parts", ["looks like a discriminator (hidden_size 64 > 32", "swapped"]),
+        ("names of another layout", ["generator's file does not fill", "a layout this version cannot read"]),
+    ],
+)
+def test_bad_released_parts_are_one_line_and_write_nothing(tmp_path, bert_tokenizer, capsys, case, needles):
+    """Issue 45: a cut download (a SafetensorError traceback), a generator folder without config.json (refused for
+    its vocabulary, None tokens), swapped parts (refused for a generator fraction of 2.0) and a file whose names
+    this version cannot read (loaded as random weights): one line naming the cause, exit 2, and no output folder."""
+    from test_continue_released import released_electra
+
+    disc, gen = released_electra(tmp_path, bert_tokenizer)
+    if case.startswith("truncated"):
+        _truncate((disc if "discriminator" in case else gen) / "model.safetensors")
+    if case == "generator without config":
+        (gen / "config.json").unlink()
+    if case == "names of another layout":  # e.g. a converter's own prefix: loaded, it would be random weights
+        state = load_file(gen / "model.safetensors")
+        save_file(
+            {name.replace("electra.", "encoder."): value for name, value in state.items()}, gen / "model.safetensors"
+        )
+    parts = (gen, disc) if case == "swapped parts" else (disc, gen)
+    corpus, out = write_corpus(tmp_path / "corpus.txt", n_docs=5), tmp_path / "out"
+    argv = pretrain_argv("electra-tiny", corpus, out, "--max_steps", "1")
+    status, err = run(
+        [*argv, "--model_name_or_path", str(parts[0]), "--generator_name_or_path", str(parts[1])], capsys
+    )
+    assert_one_error(status, err, *needles)
+    assert not out.exists()
+
+
+def test_a_phase_from_a_damaged_checkpoint_is_one_line_and_writes_nothing(tmp_path, capsys):
+    """Issue 45: a ModernBERT phase started from a checkpoint whose optimizer.pt was damaged stopped with a
+    PytorchStreamReader traceback; the phase start now verifies the checkpoint's marker and digests as resuming
+    does."""
+    corpus = write_corpus(tmp_path / "corpus.txt", n_docs=20)
+    argv = pretrain_argv("modernbert-tiny", corpus, tmp_path / "phase1", "--max_steps", "2", "--max_seq_length", "64")
+    assert run(argv, capsys)[0] == 0
+    checkpoint = tmp_path / "phase1" / "checkpoint-2"
+    _truncate(checkpoint / "optimizer.pt")
+    out = tmp_path / "phase2"
+    flags = ("--max_steps", "1", "--max_seq_length", "64", "--model_name_or_path", str(checkpoint))
+    status, err = run(pretrain_argv("modernbert-base-context-extension", corpus, out, *flags), capsys)
+    assert_one_error(status, err, "checkpoint-2: optimizer.pt has", "(truncated or rewritten)", "a phase starts from")
+    assert not out.exists()

@@ -29,7 +29,7 @@ CARD_TEMPLATE = """---
 
 # {name}
 
-A **{variant}** encoder pretrained with `hf_bertology` using the `{recipe}` recipe.
+A **{variant}** encoder pretrained with `hf_bertology` using the `{recipe}` recipe.{continued}
 
 | | |
 |---|---|
@@ -104,7 +104,7 @@ PART_CARD = """---
 # {name}
 
 The **{part}** of a joint `{recipe}` run ({variant}) pretrained with `hf_bertology`, as a plain `transformers`
-folder (`{plain_class}`; no hf_bertology needed). Corpus: {corpus}. {use}
+folder (`{plain_class}`; no hf_bertology needed). Corpus: {corpus}. {use}{continued}
 
 ```python
 from transformers import AutoTokenizer, {auto_class}
@@ -144,16 +144,38 @@ def _fmt(value: Any) -> str:
 
 
 def card_metadata(
-    pipeline_tag: str | None, tags: list[str], license: str = LICENSE, dataset_name: str | None = None
+    pipeline_tag: str | None,
+    tags: list[str],
+    license: str = LICENSE,
+    dataset_name: str | None = None,
+    base_model: tuple[str, ...] = (),
 ) -> str:
-    """The card's YAML header: what the Hub shows and filters on (library, license, task, tags, training data)."""
+    """The card's YAML header: what the Hub shows and filters on (library, license, task, tags, training data, and
+    `base_model:`, the models a continued run started from, which places it in their family tree on the Hub)."""
     lines = ["library_name: transformers", f"license: {license}"]
     if pipeline_tag:
         lines.append(f"pipeline_tag: {pipeline_tag}")
     lines += ["tags:"] + [f"- {tag}" for tag in tags]
     if dataset_name:
         lines += ["datasets:", f"- {dataset_name}"]
+    if base_model:
+        lines += ["base_model:"] + [f"- {name}" for name in base_models(base_model)]
     return "\n".join(lines)
+
+
+def base_models(sources: tuple[str, ...]) -> list[str]:
+    """The `base_model:` entries of a run continued from `sources` (`--model_name_or_path`, then
+    `--generator_name_or_path`): a Hub id as given, a local folder by its name (its path means nothing on the Hub)."""
+    return [Path(source).resolve().name if Path(source).exists() else str(source) for source in sources]
+
+
+def continued_text(sources: tuple[str, ...]) -> str:
+    """The card's sentence saying what a continued run started from (empty for a run from scratch)."""
+    if not sources:
+        return ""
+    parts = ("the discriminator", "the generator") if len(sources) == 2 else ("",)
+    named = " and ".join(f"`{source}`" + (f" ({part})" if part else "") for source, part in zip(sources, parts))
+    return f"\n\nContinued from {named}: its pretraining started from these weights, not from scratch."
 
 
 def pipeline_tag_of(plain_class: str | None) -> str | None:
@@ -191,11 +213,13 @@ def write_model_card(
     license: str = LICENSE,
     shown_as: str | Path | None = None,
     networks: tuple = (),
+    base_model: tuple[str, ...] = (),
 ) -> Path:
     """Write `README.md`: recipe, corpus, steps, tokens seen, final losses, how to load; the header names the task
     the folder serves, its license and training data (`dataset_name`: a Hub dataset). `shown_as`: the folder the
     card names, if not `output_dir` (a folder written aside, then moved there); `networks`: the model's when it
-    holds two (`Recipe.networks`), whose part folders it names."""
+    holds two (`Recipe.networks`), whose part folders it names; `base_model`: what a continued run started from
+    (`--model_name_or_path`, `--generator_name_or_path`), in the header and in a sentence."""
     output_dir = Path(output_dir)
     config = model.config
     objective_keys = {
@@ -225,8 +249,9 @@ def write_model_card(
         how_to_load = LOAD_ONE.format(path=path, plain_auto_class=plain_auto_class, auto_class=auto_class, head=head)
         tags = ["hf_bertology", variant]
     card = CARD_TEMPLATE.format(
-        metadata=card_metadata(pipeline_tag_of(plain_class), tags, license, dataset_name),
+        metadata=card_metadata(pipeline_tag_of(plain_class), tags, license, dataset_name, base_model),
         name=repo_id or Path(shown_as or output_dir).name,
+        continued=continued_text(base_model),
         variant=variant,
         recipe=recipe,
         objective=OBJECTIVES.get(variant, variant),
@@ -253,15 +278,18 @@ def write_part_card(
     dataset_name: str | None = None,
     license: str = LICENSE,
     shown_as: str | Path | None = None,
+    base_model: tuple[str, ...] = (),
 ) -> Path:
     """`README.md` of a vanilla folder holding one network of a joint run (`bertology export`, or the
-    `discriminator/` and `generator/` folders a joint run writes); `shown_as` as in `write_model_card`."""
+    `discriminator/` and `generator/` folders a joint run writes); `shown_as` and `base_model` as in
+    `write_model_card` (every card of a run carries the same `datasets:` and `base_model:`)."""
     folder = Path(folder)
     plain_class = (_read_json(folder / "config.json").get("architectures") or ["?"])[0]
     tag = pipeline_tag_of(plain_class)
     card = PART_CARD.format(
-        metadata=card_metadata(tag, ["hf_bertology", variant, part], license, dataset_name),
+        metadata=card_metadata(tag, ["hf_bertology", variant, part], license, dataset_name, base_model),
         name=repo_id or Path(shown_as or folder).name,
+        continued=continued_text(base_model),
         part=part,
         recipe=recipe,
         variant=variant,

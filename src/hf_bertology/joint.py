@@ -113,22 +113,160 @@ def plain_part(joint, declared: Network, networks: tuple[Network, ...]):
     return model
 
 
-def load_parts(joint, networks: tuple[Network, ...], parts: Mapping[str, torch.nn.Module]) -> list[str]:
-    """Start the joint model (whose networks are `networks`) from released networks (plain models, by network
-    name), the inverse of `plain_part`:
-    each plain weight goes where `plain_part` takes it from. A table the joint model shares between its networks
-    (ELECTRA's embeddings, DeBERTa's ES) takes the first network's values (the discriminator's), as the official code
-    holds one table; under GDES the generator keeps its table and Δ is set to the discriminator's minus it. Returns
-    the joint model's weights that no part holds (they keep their initialisation: a head the release does not
-    ship)."""
+# a model folder's weights, in the order transformers looks for them (sharded: an index names the shards)
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+
+
+def _fetch(source: str | Path, name: str) -> Path | None:
+    """File `name` of `source` (a folder, or a Hub id fetched into the cache as transformers fetches it), or None."""
+    if Path(source).is_dir():
+        return Path(source) / name if (Path(source) / name).is_file() else None
+    from transformers.utils import cached_file
+
+    try:
+        found = cached_file(str(source), name, _raise_exceptions_for_missing_entries=False)
+    except OSError as err:
+        raise BertologyError(f"{source}: no such folder, and not on the Hub ({str(err).splitlines()[0]})") from None
+    return Path(found) if found else None
+
+
+def weight_files(source: str | Path) -> list[Path]:
+    """The files that hold `source`'s weights: the first of `WEIGHT_FILES` it has (an index: its shards). A folder
+    with none, or an unreadable index, is one error line."""
+    for name in WEIGHT_FILES:
+        path = _fetch(source, name)
+        if path is None:
+            continue
+        if not name.endswith(".index.json"):
+            return [path]
+        try:
+            shards = sorted(set(json.loads(path.read_text())["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            raise BertologyError(
+                f"{path} cannot be read (not a shard index): a damaged download; fetch it again"
+            ) from None
+        found = [_fetch(source, shard) for shard in shards]
+        if None in found:
+            raise BertologyError(f"{source} lacks {shards[found.index(None)]}, a shard its {name} names")
+        return found
+    where = "" if Path(source).is_dir() else " in the Hub cache or on the Hub (offline, or no such repository?)"
+    raise BertologyError(f"{source} holds no weights{where} (none of {', '.join(WEIGHT_FILES)})")
+
+
+def _read_file(path: Path, header_only: bool = False) -> dict[str, torch.Tensor]:
+    from safetensors import safe_open
+
+    try:
+        if path.suffix == ".safetensors":  # its header states every tensor's bytes: a cut file fails to open
+            with safe_open(path, "pt") as handle:
+                return {} if header_only else {name: handle.get_tensor(name) for name in handle.keys()}
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(state, Mapping):
+            raise ValueError(f"it holds a {type(state).__name__}, not a state dict")
+        return dict(state)
+    except Exception as err:  # safetensors' SafetensorError, torch's zip reader's RuntimeError, a pickle error
+        reason = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
+        raise BertologyError(
+            f"{path} cannot be read ({reason}): a truncated or damaged file; fetch it again"
+        ) from None
+
+
+def check_weights(source: str | Path) -> None:
+    """One error line, before any folder is written, when a local model folder's weight files cannot be read (a cut
+    download): transformers would stop later with a traceback."""
+    if Path(source).is_dir():
+        for path in weight_files(source):
+            _read_file(path, header_only=True)
+
+
+def read_weights(source: str | Path) -> dict[str, torch.Tensor]:
+    """Every tensor of `source`'s weight files by its saved name: what a plain class's load would drop as well (a
+    released DeBERTa-v3's RTD head and EMD positions)."""
+    state = {}
+    for path in weight_files(source):
+        state.update(_read_file(path))
+    return state
+
+
+def _places(declared: Network, networks: tuple[Network, ...]) -> tuple[str, tuple[str, ...]]:
+    """(where network `declared`'s released files put their names from, the other networks' prefixes under it):
+    a base model's weights sit under its prefix (a `DebertaV2Model` folder names `encoder.*`, microsoft's file
+    `deberta.encoder.*` beside `mask_predictions.*`), any other's under the network's own prefix."""
+    base = declared.plain_class.base_model_prefix + "."
+    root = declared.prefix[: -len(base)] if declared.prefix.endswith(base) else declared.prefix
+    others = tuple(n.prefix for n in networks if n.prefix not in ("", declared.prefix) and n.prefix.startswith(root))
+    return root, others
+
+
+def place_released(declared: Network, networks: tuple[Network, ...], state: Mapping, params: Mapping) -> dict:
+    """{released name: the joint model's} for every tensor of network `declared`'s released `state` that the joint
+    model (`params`: its state dict) has a place for: the plain class's names (`rename`: DeBERTa's `cls.predictions.*`
+    as `lm_predictions.lm_head.*`), and the names the official code saves beside them (the RTD head
+    `mask_predictions.*`, the generator's `lm_predictions.lm_head.*` and EMD positions, `deberta.embeddings.
+    position_embeddings.weight`), which a plain load drops. A tensor of another shape than its place is one error
+    line: such a file cannot be read into this recipe."""
+    root, others = _places(declared, networks)
+    placed = {}
+    for name, value in state.items():
+        candidates = (root + name, _joint_name(name, declared.prefix, declared.rename))
+        key = next((k for k in candidates if k in params and not k.startswith(others)), None)
+        if key is None:
+            continue
+        if tuple(params[key].shape) != tuple(value.shape):
+            raise BertologyError(
+                f"the released {declared.name}'s {name} has shape {tuple(value.shape)} and this recipe's "
+                f"{key} {tuple(params[key].shape)}: the folder is not a {declared.name} of this recipe's shape"
+            )
+        placed[name] = key
+    return placed
+
+
+def check_readable(declared: Network, networks, params: Mapping, placed: set[str], unused: list[str]) -> None:
+    """A released file whose names this version cannot read is refused, not loaded as random weights: an encoder
+    weight it does not fill while it holds tensors with no place (a head it lacks is only initialised and named)."""
+    root, others = _places(declared, networks)
+    encoder = root + declared.plain_class.base_model_prefix + "."
+    unfilled = [k for k in params if k.startswith(encoder) and not k.startswith(others) and k not in placed]
+    unfilled = [k for k in unfilled if not k.endswith(".delta")]  # GDES's Δ: set from the tables
+    if unfilled and unused:
+        raise BertologyError(
+            f"the released {declared.name}'s file does not fill {len(unfilled)} encoder weights (e.g. {unfilled[0]}) "
+            f"and holds {len(unused)} this recipe has no place for (e.g. {unused[0]}): a layout this version "
+            "cannot read"
+        )
+
+
+def load_parts(joint, networks: tuple[Network, ...], parts: Mapping[str, torch.nn.Module | Mapping]) -> list[str]:
+    """Start the joint model (whose networks are `networks`) from released networks (by network name: a plain
+    model, or the state dict of its released file, `read_weights`; a network not given keeps its initialisation),
+    the inverse of `plain_part`: each plain weight goes where `plain_part` takes it from, and a released file's
+    tensors that plain classes drop go where the official code holds them (`place_released`); those with no place
+    (the discriminator file's unused MLM head) are named in one line, as the official `--init_discriminator` warns
+    of them (microsoft/DeBERTa `apps/tasks/rtd_task.py:244-250`).
+    A table the joint model shares between its networks (ELECTRA's embeddings, DeBERTa's ES) takes the first
+    network's values (the discriminator's), as the official code holds one table; under GDES the generator keeps
+    its table and Δ is set to the discriminator's minus it. Returns the joint model's weights that no part holds
+    (they keep their initialisation: a head the release does not ship)."""
     params = joint.state_dict(keep_vars=True)
     first = networks[0].name
-    values, owner = {}, {}
+    values, owner, unused = {}, {}, []
     for declared in reversed(networks):  # the first (the discriminator) last
-        for name, value in parts[declared.name].state_dict().items():
-            key = _joint_name(name, declared.prefix, declared.rename)
-            if key in params:
-                values[key], owner[key] = value, declared.name
+        if declared.name not in parts:
+            continue
+        part = parts[declared.name]
+        state = part.state_dict() if isinstance(part, torch.nn.Module) else part
+        placed = place_released(declared, networks, state, params)
+        unused += [f"{declared.name} {name}" for name in state if name not in placed]
+        check_readable(declared, networks, params, set(placed.values()), [n for n in state if n not in placed])
+        root = _places(declared, networks)[0]
+        direct = {name for name, key in placed.items() if key in (root + name, declared.prefix + name)}
+        for name, key in sorted(placed.items(), key=lambda item: item[0] in direct):  # a tied copy yields to its own
+            values[key], owner[key] = state[name], declared.name
     tied: dict[int, list[str]] = {}
     for key, param in params.items():
         tied.setdefault(id(param), []).append(key)
@@ -146,6 +284,8 @@ def load_parts(joint, networks: tuple[Network, ...], parts: Mapping[str, torch.n
             "discriminator's, as the official code does",
             ", ".join(sorted(differ)[:3]),
         )
+    if unused:
+        logger.info("not used (no place in the joint model): %s", ", ".join(unused))
     with torch.no_grad():
         joint.load_state_dict(values, strict=False)
         for slot, table, delta in getattr(joint, "gdes_pairs", list)():

@@ -12,6 +12,7 @@ Why the stock Trainer's checkpoints are not trusted, and what survives what: doc
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -259,12 +260,14 @@ class RunLock:
     `fcntl.flock` on `.bertology.lock` (a hidden file, which pushes to the Hub leave out): the kernel drops it when the
     process dies, however it dies, so a lock file left by a killed run is stale by construction and is taken over,
     with a line naming that run (its pid, host and start time, which the file holds). Where `fcntl` does not exist
-    (Windows) the folder is not locked.
+    (Windows) the folder is not locked. A folder the lock made and the run left empty (refused before writing
+    anything) is removed with the lock.
     """
 
     def __init__(self, output_dir: str | os.PathLike):
         self.path = Path(output_dir) / LOCK_NAME
         self._fd: int | None = None
+        self._made = False  # whether acquiring made the folder: a run refused before writing leaves none behind
 
     def acquire(self) -> None:
         try:
@@ -275,6 +278,7 @@ class RunLock:
         folder = self.path.parent
         if folder.exists() and not folder.is_dir():
             raise BertologyError(f"--output_dir {folder} is a file, not a folder")
+        self._made = not folder.exists()
         for _ in range(3):  # the holder may remove the file between our open and our lock: open it again
             try:
                 folder.mkdir(parents=True, exist_ok=True)
@@ -322,6 +326,9 @@ class RunLock:
         self.path.unlink(missing_ok=True)  # before unlocking: a run that opens it after this gets a new file
         os.close(self._fd)
         self._fd = None
+        if self._made:
+            with contextlib.suppress(OSError):  # not empty: the run wrote into it
+                self.path.parent.rmdir()
 
     def __enter__(self) -> RunLock:
         self.acquire()

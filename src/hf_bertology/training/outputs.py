@@ -50,7 +50,8 @@ def write_outputs(trainer, recipe: Recipe, data_args: DataArguments, metrics: di
 def write_final_folder(trainer, recipe, data_args, metrics, push_args, folder: Path, shown_as: Path) -> None:
     """Every file of the final folder, written into `folder`: a joint model's part folders, then the folder itself
     and its card, which names them; the cards name `shown_as`, where it will be."""
-    card = dict(recipe=recipe.name, variant=recipe.variant, corpus=describe_corpus(data_args))
+    continued = getattr(trainer.model, "continued_from", ())  # run_recipe.build_model: the card's base_model
+    card = dict(recipe=recipe.name, variant=recipe.variant, corpus=describe_corpus(data_args), base_model=continued)
     write_part_folders(
         trainer.model,
         recipe.networks,
@@ -80,6 +81,7 @@ def write_final_folder(trainer, recipe, data_args, metrics, push_args, folder: P
         repo_id=(push_args.hub_model_id or shown_as.absolute().name) if pushing else None,
         shown_as=shown_as,
         networks=recipe.networks,
+        base_model=continued,
     )
     with open(folder / "all_results.json", "w") as handle:
         json.dump(metrics, handle, indent=2)

@@ -12,8 +12,24 @@ from pathlib import Path
 import torch
 
 from ..utils import BertologyError, logger
+from .checkpoints import verify
 
 OPTIMIZER_FILE = "optimizer.pt"  # what the Trainer writes into every checkpoint-N
+
+
+def check_phase_start(checkpoint: str) -> None:
+    """A phase that carries `checkpoint`'s optimizer state starts only from a checkpoint that verifies as resuming
+    verifies it (`checkpoints.verify`: its completion marker, every file's size and digest): a damaged
+    `optimizer.pt` is one error line naming it, before the run writes anything. A folder without an optimizer
+    state (a run's final folder, a release) is not a Trainer checkpoint: `continue_phase` starts a fresh optimizer."""
+    if not (Path(checkpoint) / OPTIMIZER_FILE).is_file():
+        return
+    reason = verify(checkpoint)
+    if reason is not None:
+        raise BertologyError(
+            f"{checkpoint}: {reason}; a phase starts from a complete checkpoint-N of the previous phase (pass an "
+            "earlier one, or the previous run's final folder to start with a fresh optimizer)"
+        )
 
 
 def continue_phase(trainer, checkpoint: str) -> bool:

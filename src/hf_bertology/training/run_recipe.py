@@ -9,18 +9,18 @@ import json
 from pathlib import Path
 
 import datasets
-import torch
 from transformers import AutoTokenizer, TrainingArguments
 
-from ..joint import joint_config, load_parts
+from ..joint import check_weights, joint_config, load_parts, read_weights
 from ..recipes.backbones import BACKBONES
 from ..recipes.base import check_override_keys, parse_overrides
-from ..recipes.networks import Kind, kind_of
+from ..recipes.networks import Kind, is_joint, kind_of
 from ..recipes.recipe import Recipe
 from ..recipes.registry import get_recipe
 from ..utils import BertologyError, logger
 from .arguments import DataArguments, ModelArguments
 from .input_checks import check_config
+from .phases import check_phase_start
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model")
 
@@ -112,6 +112,10 @@ def build_recipe(model_args: ModelArguments) -> Recipe:
         if model_args.generator_name_or_path:
             fit_generator(recipe, model_args)
     check_config(recipe.config, source if ours is not None else f"--recipe {recipe.name}")
+    if model_args.model_name_or_path:  # damage is refused here, before the output folder is made
+        check_weights(model_args.model_name_or_path)
+        if recipe.phase_config is not None:
+            check_phase_start(model_args.model_name_or_path)
     return recipe
 
 
@@ -163,8 +167,15 @@ def fit_generator(recipe: Recipe, model_args: ModelArguments) -> None:
         )
     if not model_args.model_name_or_path:
         raise BertologyError("--generator_name_or_path needs --model_name_or_path: the released discriminator")
+    if Path(generator).is_dir() and not (Path(generator) / "config.json").is_file():
+        raise BertologyError(
+            f"{generator} has no config.json: a generator folder holds its config beside its weights (for "
+            "DeBERTa-v3's pytorch_model.generator.bin, see docs/pretraining.md)"
+        )
     released = _read_config(generator, recipe.config_class)
     config = recipe.config
+    check_not_swapped(recipe, model_args, released)
+    check_weights(generator)
     if released.get("model_type") not in (config.model_type, None):
         raise BertologyError(
             f"{generator} is a {released.get('model_type')!r} model, the discriminator a {config.model_type!r} one"
@@ -184,6 +195,28 @@ def fit_generator(recipe: Recipe, model_args: ModelArguments) -> None:
         config.generator_num_hidden_layers = released.get("num_hidden_layers")
 
 
+def check_not_swapped(recipe: Recipe, model_args: ModelArguments, generator: dict) -> None:
+    """The generator (its config.json, `generator`) is never larger than the discriminator (the official
+    derivations make it narrower or shallower) and names no discriminator class; otherwise the two paths were
+    given the other way round, which would fail later on a size fraction."""
+    config, discriminator = recipe.config, model_args.model_name_or_path
+    larger = [
+        f"{key} {generator[key]} > {getattr(config, key)}"
+        for key in ("hidden_size", "num_hidden_layers")
+        if isinstance(generator.get(key), int) and generator[key] > getattr(config, key, generator[key])
+    ]
+    classes = {n.name: n.plain_class.__name__ for n in recipe.networks}
+    named = set(generator.get("architectures") or ())
+    if classes["discriminator"] in named and classes["generator"] not in named:
+        larger.append(f"it is a {classes['discriminator']}")
+    if larger:
+        raise BertologyError(
+            f"the generator {model_args.generator_name_or_path} looks like a discriminator ({', '.join(larger)}, "
+            f"against {discriminator}): are --model_name_or_path and --generator_name_or_path swapped? The "
+            "discriminator goes to --model_name_or_path"
+        )
+
+
 def _check_part(part: str, path: str, built, released) -> None:
     differ = [
         f"{key} {getattr(released, key, None)} (the recipe's {getattr(built, key, None)})"
@@ -194,10 +227,24 @@ def _check_part(part: str, path: str, built, released) -> None:
         raise BertologyError(f"the {part} {path} has another shape than the recipe derives: {', '.join(differ)}")
 
 
-def _heads(keys: list[str]) -> str:
-    """`cls.predictions.dense.weight, cls.predictions.bias, …` as `cls.predictions.*, …`: a line, not a table."""
-    groups = dict.fromkeys(".".join(key.split(".")[:2]) + ".*" if key.count(".") > 1 else key for key in sorted(keys))
-    return ", ".join(groups)
+def _heads(keys: list[str], model) -> str:
+    """`cls.predictions.dense.weight, cls.predictions.bias, …` as `cls.predictions.*, …`: a line, not a table. A
+    module is named whole (two levels deep) only when none of its tensors was loaded, else its tensors one by one
+    (`generator.deberta.embeddings.position_embeddings.weight`, not `generator.deberta.*`); a tied copy of a table
+    counts as that table."""
+    seen, own = set(), []
+    for key, value in model.state_dict(keep_vars=True).items():
+        if id(value) not in seen:
+            seen.add(id(value))
+            own.append(key)
+    missing = set(keys)
+
+    def group(key: str) -> str:
+        module = ".".join(key.split(".")[:2])
+        whole = key.count(".") > 1 and all(k in missing for k in own if k.startswith(module + "."))
+        return module + ".*" if whole else key
+
+    return ", ".join(dict.fromkeys(group(key) for key in sorted(keys)))
 
 
 NO_POSITION_TABLE = 1 << 30  # `max_positions` of a model with relative positions (XLNet)
@@ -301,28 +348,29 @@ def build_model(recipe: Recipe, model_args: ModelArguments):
     checkpoints do not hold (a head the release does not ship) is initialised and named in one line."""
     source, generator = model_args.model_name_or_path, model_args.generator_name_or_path
     try:
-        if generator:
+        if source and recipe.networks and not is_joint(source):  # released networks: one or both
             model = recipe.build_model()
             parts = {}  # --model_name_or_path: the first network (the discriminator), then the generator's
             for network, path in zip(recipe.networks, (source, generator)):
-                parts[network.name] = _quietly(network.plain_class.from_pretrained, path)
-                _check_part(network.name, path, network.plain_config(model), parts[network.name].config)
+                if path is None:  # a release without its generator: it starts fresh (Δ set against it)
+                    continue
+                released = _quietly(network.plain_class.config_class.from_pretrained, path)
+                _check_part(network.name, path, network.plain_config(model), released)
+                parts[network.name] = read_weights(path)  # every tensor, those plain classes drop too
             missing = load_parts(model, recipe.networks, parts)
         elif source:
             model, info = _quietly(
                 recipe.model_class.from_pretrained, source, config=recipe.config, output_loading_info=True
             )
             missing = info["missing_keys"]
-            if any(key.endswith(".delta") or key == "delta" for key in missing):  # a released discriminator alone:
-                with torch.no_grad():  # under GDES its table is E_G + Δ, so Δ = E_D - E_G for the fresh generator
-                    for slot, table, delta in model.gdes_pairs():
-                        delta.copy_(slot - table)
         else:
             model, missing = recipe.build_model(), []
     except ValueError as err:  # transformers' modules check their config as they are built (a generator's too)
         raise BertologyError(f"cannot build the model of --recipe {recipe.name}: {str(err).splitlines()[0]}") from None
     if missing:
-        logger.info("initialised (not in %s): %s", " or ".join(filter(None, (source, generator))), _heads(missing))
+        named = " or ".join(filter(None, (source, generator)))
+        logger.info("initialised (not in %s): %s", named, _heads(missing, model))
+    model.continued_from = tuple(filter(None, (source, generator)))  # the model card's base_model (hub.py)
     logger.info("%s: %s parameters", type(model).__name__, f"{model.num_parameters():,}")
     return model
 
