@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from hf_bertology.training.arguments import parse_args, training_arguments
 from hf_bertology.training.corpora import build_datasets, load_corpora
-from hf_bertology.training.optimizers import AdamWNoBiasCorrection, warmup_linear_schedule
+from hf_bertology.training.optimizers import AdamWNoBiasCorrection, official_schedule
 from hf_bertology.training.run_recipe import build_model, build_recipe, build_tokenizer, settle_recipe
 from hf_bertology.training.trainer import EVAL_EPOCH, BertologyTrainer, ExampleIds
 
@@ -92,7 +92,7 @@ def train_arm(official_order: bool, seed: int, setup, args) -> dict:
     ]
     optimizer = AdamWNoBiasCorrection(groups, lr=training_args.learning_rate, betas=(0.9, 0.999), eps=1e-6)
     warmup = training_args.get_warmup_steps(args.steps)
-    scheduler = warmup_linear_schedule(optimizer, warmup, args.steps)
+    scheduler = official_schedule(optimizer, warmup, args.steps, decay_from_start=True)
     generator, discriminator = model.gradient_clipping_groups()
     collator = recipe.build_collator(tokenizer)
     collator.set_run_seed(seed)

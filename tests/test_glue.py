@@ -23,6 +23,7 @@ from hf_bertology.evaluation.glue import (
     task_score,
 )
 from hf_bertology.training.layerwise_lr import layerwise_lr_optimizer, layerwise_lr_param_groups, parameter_depth
+from hf_bertology.training.optimizers import AdamWNoBiasCorrection
 from hf_bertology.utils import BertologyError
 
 GLUE_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "glue"
@@ -316,7 +317,7 @@ def test_layerwise_lr_decay_groups():
         output_dir="unused", learning_rate=1e-4, weight_decay=0.01, adam_beta1=0.8, adam_beta2=0.9, adam_epsilon=1e-7
     )
     optimizer_cls, kwargs = layerwise_lr_optimizer(model, args, 0.8)
-    assert optimizer_cls is torch.optim.AdamW
+    assert optimizer_cls is AdamWNoBiasCorrection  # ELECTRA's; tests/test_official_optimizers.py: --optim_args
     assert (kwargs["lr"], kwargs["betas"], kwargs["eps"]) == (1e-4, (0.8, 0.9), 1e-7)
     assert [(g["lr"], g["weight_decay"]) for g in kwargs["params"]] == [(g["lr"], g["weight_decay"]) for g in groups]
     optimizer_cls(**kwargs)  # the groups are valid AdamW groups ("names" removed)

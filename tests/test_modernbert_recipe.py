@@ -357,7 +357,8 @@ class OfficialBatchSizeWarmup:
 
 
 def test_warmup_sizes_follow_the_official_schedule():
-    """Rows of `min_size` examples, tokens counted as full rows of `max_seq_length` (packed rows are full)."""
+    """Rows of `min_size` examples (one official micro-batch), up to the step's full batch (accumulation included:
+    the official `out_batch_size`), tokens counted as full rows of `max_seq_length` (packed rows are full)."""
     from hf_bertology.training.batch_warmup import BatchSizeWarmup
 
     for tokens, min_size, full, accumulation, world in [
@@ -366,13 +367,13 @@ def test_warmup_sizes_follow_the_official_schedule():
         (5000, 3, 10, 1, 2),
     ]:
         warmup = BatchSizeWarmup(tokens, min_size, full, 64, accumulation, world)
-        official = OfficialBatchSizeWarmup(1, math.ceil(full / min_size), tokens, world)
+        official = OfficialBatchSizeWarmup(1, math.ceil(full * accumulation / min_size), tokens, world)
         expected, seen = [], 0
         while seen < official.warmup_tokens:
             rows = official(seen)
-            expected.append(min(rows * min_size, full))
-            seen += rows * min_size * 64 * accumulation
-        assert warmup.sizes() == expected
+            expected.append(min(rows * min_size, full * accumulation))
+            seen += rows * min_size * 64
+        assert warmup.sizes() == expected and expected[0] == min_size  # one official micro-batch first
         assert warmup.size_at(len(expected) * accumulation, expected) == full
     assert BatchSizeWarmup(768, 2, 8, 64).sizes() == [2, 4, 6]  # by hand: thresholds 128, 384, 768 tokens
     base, large = hb.get_recipe("modernbert-base"), hb.get_recipe("modernbert-large")  # yaml l.77-78, 123 / 130
@@ -387,9 +388,9 @@ def test_warmup_sampler_steps_and_processes():
 
     one = list(WarmupBatchSampler(40, BatchSizeWarmup(768, 2, 8, 64), seed=0))
     assert [len(b) for b in one] == [2, 4, 6, 8, 8] and len({i for b in one for i in b}) == 28
-    two = BatchSizeWarmup(1024, 2, 4, 64, accumulation=2, world_size=2)  # 2 steps of 2, then 4: per micro-batch
+    two = BatchSizeWarmup(1024, 2, 4, 64, accumulation=2, world_size=2)  # steps of 2, 4, 6, then 8: two halves each
     ranks = [list(WarmupBatchSampler(40, two, seed=0, rank=rank)) for rank in (0, 1)]
-    assert [len(b) for b in ranks[0]] == [len(b) for b in ranks[1]] == [2, 2, 2, 2, 4]
+    assert [len(b) for b in ranks[0]] == [len(b) for b in ranks[1]] == [1, 1, 2, 2, 3]
     assert not {i for b in ranks[0] for i in b} & {i for b in ranks[1] for i in b}
     sampler = WarmupBatchSampler(40, BatchSizeWarmup(768, 2, 8, 64), seed=0)
     sampler.set_epoch(1)  # the warmup is over by the second epoch

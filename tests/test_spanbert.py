@@ -32,8 +32,9 @@ def test_config_holds_the_readme_recipe():
     assert (training["weight_decay"], training["max_grad_norm"], training["lr_scheduler_type"]) == (
         0.01,
         1.0,
-        "polynomial",
+        "linear",
     )
+    assert training["lr_scheduler_kwargs"] == {"decay_from_start": True}  # its fairseq's polynomial_decay, power 1
 
 
 def test_sbo_sees_only_the_boundaries_and_the_relative_position():

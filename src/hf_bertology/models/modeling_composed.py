@@ -251,6 +251,16 @@ class ComposedForPreTraining(MaskedLMPreTraining, ReplacedTokenDetectionPreTrain
         states = self.generator.base_model(input_ids, **inputs).last_hidden_state
         return MLM_HEADS[self.config.model_type](self.generator, states.flatten(0, 1).index_select(0, chosen.at))
 
+    def gradient_clipping_groups(self) -> list[list[nn.Parameter]] | None:
+        """DeBERTa-v3's objective clips each network's gradient norm apart, as its decoupled training (one optimizer
+        a network, `rtd_task.py:265,351`; `BertologyTrainer` reads this): the generator's, then the rest. Any other
+        objective (ELECTRA: one optimizer, `model/optimization.py:62`) clips the whole model: None."""
+        if not (self.rtd and self.config.objective == "deberta-v3"):
+            return None
+        generator = [p for p in self.generator.parameters() if p.requires_grad]
+        in_generator = {id(p) for p in generator}
+        return [generator, [p for p in self.parameters() if p.requires_grad and id(p) not in in_generator]]
+
     def rtd_logits(self, hidden_states: torch.Tensor, inputs: dict) -> torch.Tensor:
         """`(B, T)` discriminator logits: DeBERTa-v3's head reads each example's [CLS], ELECTRA's each token alone."""
         if hasattr(self, "mask_predictions"):

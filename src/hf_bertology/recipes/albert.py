@@ -19,9 +19,9 @@ VARIANT = Variant(
     parts={"sentence_task": "sop"},
 )
 
-# ALBERT: README pretraining command (docs/recipes/albert.md): batch 4096, lr 0.00176, 3125 warmup, 125k steps, linear
-# decay, wd 0.01, eps 1e-6. The official optimizer is LAMB, which torch does not ship: the Trainer's AdamW runs
-# instead (LAMB's per-layer trust ratio is what keeps this lr stable at batch 4096; lower it for AdamW).
+# ALBERT: README pretraining command (docs/recipes/albert.md): batch 4096, lr 0.00176, 3125 warmup, 125k steps, wd
+# 0.01, eps 1e-6. LAMB (run_pretraining.py:72, optimization.py:82-90; training/optimizers.py `Lamb`), no decay nor
+# layer adaptation on LayerNorm and biases; BERT's schedule (optimization.py:37-64: warmup, then 1 - step/T).
 ALBERT_TRAINING = {
     "learning_rate": 0.00176,
     "adam_beta1": 0.9,
@@ -32,6 +32,8 @@ ALBERT_TRAINING = {
     "max_steps": 125_000,
     "per_device_train_batch_size": 4096,
     "lr_scheduler_type": "linear",
+    "lr_scheduler_kwargs": {"decay_from_start": True},
+    "optim_args": "bias_correction=False,layer_adaptation=True",
     "max_grad_norm": 1.0,
 }
 # v2 settings: gelu_new, no dropout; E=128; all layers shared (one group). xlarge/xxlarge sizes from Table 1.

@@ -31,6 +31,8 @@ VARIANT = Variant(
 )
 
 # BERT: Devlin et al. App. A.2 and google-research/bert (docs/recipes/bert.md). Phase 1 of the schedule: length 128.
+# The optimizer and schedule of optimization.py:25-84: AdamWeightDecay (no bias correction, no decay on LayerNorm
+# and biases), warmup step/W, then 1 - step/T from step 0 (training/optimizers.py).
 BERT_TRAINING = {
     "learning_rate": 1e-4,
     "adam_beta1": 0.9,
@@ -41,6 +43,8 @@ BERT_TRAINING = {
     "max_steps": 1_000_000,
     "per_device_train_batch_size": 256,
     "lr_scheduler_type": "linear",
+    "lr_scheduler_kwargs": {"decay_from_start": True},
+    "optim_args": "bias_correction=False",
     "max_grad_norm": 1.0,
 }
 

@@ -35,7 +35,9 @@ VARIANT = Variant(
 )
 
 # ELECTRA: google-research/electra configure_pretraining.py and Table 6 of Clark et al. (docs/recipes/electra.md):
-# AdamW β=(0.9, 0.999), ε 1e-6, wd 0.01, clip 1.0, linear decay, 10k warmup; lr/batch/steps per size below.
+# AdamWeightDecay (model/optimization.py:50-56: no bias correction, no decay on LayerNorm and biases) β=(0.9, 0.999),
+# ε 1e-6, wd 0.01, clip 1.0; lr = min(1, step/10k) x (1 - step/T) (:36-45, warmup and decay together); lr/batch/steps
+# per size below.
 ELECTRA_TRAINING = {
     "adam_beta1": 0.9,
     "adam_beta2": 0.999,
@@ -43,6 +45,8 @@ ELECTRA_TRAINING = {
     "weight_decay": 0.01,
     "warmup_steps": 10_000,
     "lr_scheduler_type": "linear",
+    "lr_scheduler_kwargs": {"decay_from_start": True, "warmup_scales_decay": True},
+    "optim_args": "bias_correction=False",
     "max_grad_norm": 1.0,
 }
 # Discriminator sizes (util/training_utils.py): heads = H/64, FFN = 4H; E = 128 for small, E = H otherwise.

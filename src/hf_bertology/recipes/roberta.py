@@ -20,7 +20,8 @@ VARIANT = Variant(
 )
 
 # RoBERTa: Liu et al. Table 9 (docs/recipes/roberta.md): β2 0.98, ε 1e-6, no clipping, 500k steps of batch 8k at
-# length 512.
+# length 512. fairseq's Adam decays every parameter (trainer.py:305-310 hands it all of them), biases and LayerNorm
+# included.
 ROBERTA_TRAINING = {
     "adam_beta1": 0.9,
     "adam_beta2": 0.98,
@@ -29,6 +30,7 @@ ROBERTA_TRAINING = {
     "max_steps": 500_000,
     "per_device_train_batch_size": 8192,
     "lr_scheduler_type": "linear",
+    "optim_args": "exclude_from_weight_decay=none",
     "max_grad_norm": 0.0,
 }
 

@@ -21,8 +21,8 @@ VARIANT = Variant(
 )
 
 # SpanBERT: the official README command (docs/recipes/spanbert.md): lr 1e-4, 10k warmup, polynomial decay (power 1,
-# to ~0: transformers' "polynomial" ends at 1e-7), Adam eps 1e-8 (fairseq's default betas 0.9/0.999), wd 0.01, clip 1.0,
-# 2.4M updates of ≈256 blocks of 512 tokens.
+# to 0, measured from step 0: its fairseq's polynomial_decay_schedule.py:57-64), Adam eps 1e-8 (fairseq's default
+# betas 0.9/0.999), wd 0.01 on every parameter (trainer.py:101,106), clip 1.0, 2.4M updates of ≈256 blocks of 512.
 SPANBERT_TRAINING = {
     "learning_rate": 1e-4,
     "adam_beta1": 0.9,
@@ -32,7 +32,9 @@ SPANBERT_TRAINING = {
     "warmup_steps": 10_000,
     "max_steps": 2_400_000,
     "per_device_train_batch_size": 256,
-    "lr_scheduler_type": "polynomial",
+    "lr_scheduler_type": "linear",
+    "lr_scheduler_kwargs": {"decay_from_start": True},
+    "optim_args": "exclude_from_weight_decay=none",
     "max_grad_norm": 1.0,
 }
 SPANBERT_TOKENIZER = {"do_lower_case": False}  # cased WordPiece (cased_bert_pair_large, vocab 28996)

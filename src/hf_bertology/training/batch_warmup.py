@@ -1,7 +1,10 @@
 """Batch-size warmup (ModernBERT: AnswerDotAI/ModernBERT `src/sequence_packer.py` `BatchSizeWarmupScheduler`, yaml
-`batch_size_warmup_min_size`, `batch_size_warmup_tokens`): a step's batch grows from one micro-batch of `min_size`
-examples, a `min_size` at a time, to the full batch while the process has seen `tokens / world_size` tokens, each
-size held for as many steps as the next (the official thresholds, transcribed in `official_rows`).
+`batch_size_warmup_min_size`, `batch_size_warmup_tokens`): a step's batch grows from one official micro-batch of
+`min_size` examples, a `min_size` at a time, to the full batch of the step (every micro-batch of the gradient
+accumulation) while the process has seen `tokens / world_size` tokens, each size held for as many steps as the next
+(the official thresholds, transcribed in `official_rows`). The official packer emits a step's rows at once
+(`sequence_packer.py:409,427`: `out_batch_size` = the device batch over the micro-batch, accumulation included); here
+the Trainer's micro-batches share each step's examples as evenly as they can.
 
 The sizes are a function of the micro-batch's index alone (tokens counted as full rows of `max_seq_length`: the
 packed rows are ~99.9% full), so a resumed run, which skips the batches it trained on, continues the same schedule.
@@ -36,7 +39,7 @@ def official_rows(tokens_seen: int, min_rows: int, max_rows: int, warmup_tokens:
 
 @dataclass(frozen=True)
 class BatchSizeWarmup:
-    """The schedule of one process: `rows_at(step)` micro-batch slices of `min_size` examples per micro-batch."""
+    """The schedule of one process: `sizes()` examples per step, `size_at` a micro-batch's share of its step."""
 
     warmup_tokens: int  # over all processes, as the yaml gives it
     min_size: int  # examples: one official micro-batch (`device_train_microbatch_size`)
@@ -46,29 +49,41 @@ class BatchSizeWarmup:
     world_size: int = 1
 
     def __post_init__(self):
-        if not 0 < self.min_size <= self.full_size:
+        step = self.full_size * self.accumulation
+        if not 0 < self.min_size <= step:
             raise BertologyError(
-                f"--batch_size_warmup_min_size must be between 1 and the batch size {self.full_size}, got {self.min_size}"
+                f"--batch_size_warmup_min_size must be between 1 and the batch size of a step {step}, got {self.min_size}"
+            )
+        if self.min_size < self.accumulation:
+            raise BertologyError(
+                f"--batch_size_warmup_min_size {self.min_size} is below --gradient_accumulation_steps "
+                f"{self.accumulation}: the first step's micro-batches need an example each"
             )
 
     @property
     def max_rows(self) -> int:
-        return math.ceil(self.full_size / self.min_size)
+        """The official `out_batch_size`: the step's full batch in micro-batches of `min_size`."""
+        return math.ceil(self.full_size * self.accumulation / self.min_size)
 
     def sizes(self) -> list[int]:
-        """Examples per micro-batch of every step of the warmup (after it: `full_size`)."""
+        """Examples of every step of the warmup, per process (after it: `full_size · accumulation`)."""
         per_process = math.ceil(self.warmup_tokens / self.world_size)
-        row_tokens = self.min_size * self.max_seq_length * self.accumulation  # one row: a slice of every micro-batch
+        row_tokens = self.min_size * self.max_seq_length  # one row: one official micro-batch
         sizes, seen = [], 0
         while seen < per_process and self.max_rows > 1:
             rows = official_rows(seen, 1, self.max_rows, per_process)
-            sizes.append(min(rows * self.min_size, self.full_size))
+            sizes.append(min(rows * self.min_size, self.full_size * self.accumulation))
             seen += rows * row_tokens
         return sizes
 
     def size_at(self, micro_batch: int, sizes: list[int]) -> int:
-        step = micro_batch // self.accumulation
-        return sizes[step] if step < len(sizes) else self.full_size
+        """Examples of `micro_batch`: its step's size shared by the step's micro-batches, the first ones taking the
+        remainder (`full_size` after the warmup)."""
+        step, slot = divmod(micro_batch, self.accumulation)
+        if step >= len(sizes):
+            return self.full_size
+        share, remainder = divmod(sizes[step], self.accumulation)
+        return share + (slot < remainder)
 
 
 class WarmupBatchSampler(BatchRebalanceSampler):
@@ -116,8 +131,8 @@ def use_batch_size_warmup(trainer, recipe, data_args) -> BatchSizeWarmup | None:
         reason = "needs --batch_size_warmup_min_size (the first batch, in examples)"
     elif not hasattr(trainer.train_dataset, "__len__"):
         reason = "needs a map-style training set (not --streaming)"
-    elif args.per_device_train_batch_size <= min_size:
-        reason = f"needs a batch larger than its first size {min_size} (--per_device_train_batch_size)"
+    elif args.per_device_train_batch_size * args.gradient_accumulation_steps <= min_size:
+        reason = f"needs a step's batch larger than its first size {min_size} (--per_device_train_batch_size)"
     if reason is not None:
         if asked:
             raise BertologyError(f"batch-size warmup {reason}")
@@ -135,7 +150,7 @@ def use_batch_size_warmup(trainer, recipe, data_args) -> BatchSizeWarmup | None:
         trainer.train_batch_sampler = WarmupBatchSampler(len(trainer.train_dataset), warmup, seed, args.process_index)
     sizes = warmup.sizes()
     logger.info(
-        "batch-size warmup: %d steps from %d to %d examples per micro-batch (%s tokens)",
-        len(sizes), sizes[0] if sizes else warmup.full_size, warmup.full_size, f"{tokens:,}",
+        "batch-size warmup: %d steps from %d to %d examples per step and process (%s tokens)",
+        len(sizes), sizes[0] if sizes else warmup.full_size, warmup.full_size * warmup.accumulation, f"{tokens:,}",
     )  # fmt: skip
     return warmup

@@ -10,7 +10,7 @@ What it adds to the stock Trainer (each with its reasons and sources in docs/tra
 6. no host sync in a training step: the tokens seen are counted on the device (`sync_tokens_seen`);
 7. one compilation under `--torch_compile`: dynamic shapes from the start; a failed one goes on eager, in one line;
 8. a joint model's parts clipped apart (`gradient_clipping_groups`);
-9. the optimizers and schedules a recipe names (`optimizers.py`) and a later phase's optimizer state (`phases.py`).
+9. the optimizers, decay sets and schedules a recipe names (`optimizers.py`) and a later phase's optimizer state (`phases.py`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from ..collators.base import EXAMPLE_ID, CollatorWrapper
 from ..utils import logger
 from .checkpoints import last_complete_checkpoint, mark_complete, prepare_folder, rotate, save_failed, write_failure
 from .compilation import EagerFallback
-from .optimizers import AdamWNoBiasCorrection, decays_from_start, warmup_linear_schedule, without_bias_correction
+from .optimizers import OfficialOptimizers
 from .phases import restart_override
 
 # Engines that clip inside themselves (sharded or compiled gradients): there the stock global clipping stays.
@@ -96,7 +96,7 @@ def is_count_key(key: str) -> bool:
     return key == "labels" or key.endswith("_label") or key.endswith("_labels")
 
 
-class BertologyTrainer(Trainer):
+class BertologyTrainer(OfficialOptimizers, Trainer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._components: dict[str, dict[str, list[torch.Tensor]]] = {"train": {}, "eval": {}}
@@ -141,14 +141,7 @@ class BertologyTrainer(Trainer):
             plugin.dynamic = True
         return args
 
-    # -- 9. the official optimizers ------------------------------------------------------------------------------
-    @staticmethod
-    def get_optimizer_cls_and_kwargs(args, model=None):
-        if not without_bias_correction(args):
-            return Trainer.get_optimizer_cls_and_kwargs(args, model)
-        kwargs = {"lr": args.learning_rate, "betas": (args.adam_beta1, args.adam_beta2), "eps": args.adam_epsilon}
-        return AdamWNoBiasCorrection, kwargs
-
+    # -- 9. the official optimizers (`OfficialOptimizers`: optimizer, decay sets, schedule) ------------------------
     def create_optimizer(self, model=None):
         fresh = self.optimizer is None
         optimizer = super().create_optimizer(model)
@@ -156,14 +149,6 @@ class BertologyTrainer(Trainer):
         if fresh and start is not None and not getattr(self, "_resuming", False):
             restart_override(optimizer, start, self.args.learning_rate, self.args.weight_decay)
         return optimizer
-
-    def create_scheduler(self, num_training_steps: int, optimizer=None):
-        if self.lr_scheduler is not None or not decays_from_start(self.args):
-            return super().create_scheduler(num_training_steps, optimizer)
-        warmup = self.args.get_warmup_steps(num_training_steps)
-        self.lr_scheduler = warmup_linear_schedule(optimizer or self.optimizer, warmup, num_training_steps)
-        self._created_lr_scheduler = True
-        return self.lr_scheduler
 
     # -- 8. parts clipped apart ----------------------------------------------------------------------------------
     def _clip_grad_norm(self, model):
@@ -175,7 +160,7 @@ class BertologyTrainer(Trainer):
                 model,
                 getattr(self.accelerator.unwrap_model(model), "gradient_clipping_groups", None),
             )
-        groups = cached[1]
+        groups = cached[1]() if cached[1] is not None else None  # None: the model clips as a whole
         if (
             groups is None
             or self.accelerator.distributed_type in CLIP_WHOLE_TYPES
@@ -183,7 +168,7 @@ class BertologyTrainer(Trainer):
         ):
             return super()._clip_grad_norm(model)
         self.accelerator.unscale_gradients()  # fp16 loss scaling: once, before any norm
-        norms = [torch.nn.utils.clip_grad_norm_(group, self.args.max_grad_norm) for group in groups() if group]
+        norms = [torch.nn.utils.clip_grad_norm_(group, self.args.max_grad_norm) for group in groups if group]
         return torch.linalg.vector_norm(torch.stack(norms))  # (): the whole model's norm, as the stock log has it
 
     # -- 1. counts per objective -----------------------------------------------------------------------------

@@ -18,7 +18,8 @@ import numpy as np
 
 from ...hub import push_from_training_args
 from ...training.checkpoints import apply_umask
-from ...training.layerwise_lr import layerwise_lr_optimizer
+from ...training.layerwise_lr import electra_schedule, layerwise_lr_optimizer
+from ...training.optimizers import OfficialOptimizers
 from ...utils import BertologyError, logger, refuse_same_folder, set_verbosity
 from .arguments import DataTrainingArguments, ModelArguments, parse_args
 from .readers import infer_task_from_columns, load_glue_files, load_glue_folder, load_glue_hub
@@ -208,14 +209,19 @@ def run_task(model_args: ModelArguments, data_args: DataTrainingArguments, train
             result["combined_score"] = float(np.mean(list(result.values())))
         return result
 
-    # Trainer (ELECTRA's layer-wise lr decay as a custom param-group builder) -----------------------------------------
+    # Trainer (ELECTRA's layer-wise lr decay as a custom param-group builder, with its optimizer and schedule) -------
     optimizer_cls_and_kwargs = None
     if model_args.layerwise_lr_decay is not None:
         optimizer_cls_and_kwargs = layerwise_lr_optimizer(model, training_args, model_args.layerwise_lr_decay)
+        electra_schedule(training_args)
+
+    class GlueTrainer(OfficialOptimizers, Trainer):
+        """The Trainer with `--optim_args` / `--lr_scheduler_kwargs` for the official optimizers (optimizers.py)."""
+
     # `--push_to_hub` pushes the fine-tuned folder once at the end (hub.push_from_training_args), not every checkpoint.
     push_args = copy.copy(training_args)
     training_args.push_to_hub = False
-    trainer = Trainer(
+    trainer = GlueTrainer(
         model=model,
         args=training_args,
         train_dataset=train_dataset,
