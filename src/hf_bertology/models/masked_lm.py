@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 import torch
 import torch.nn.functional as F
 
+from . import last_layer
 from .outputs import BertologyForPreTrainingOutput, step_mean
 from .span_boundary import SpanTargets, span_boundary_loss
 
@@ -114,6 +115,10 @@ class MaskedLMPreTraining:
     sentence_key: str | None = None  # the sentence task's label: "next_sentence_label" or "sentence_order_label"
     sentence_logits_name: str | None = None  # its logits' output field
 
+    def post_init(self):
+        super().post_init()
+        last_layer.install(self.base_model)  # the last layer on the rows a loss reads (`last_layer`)
+
     def encode(self, input_ids, inputs: dict):
         return self.base_model(input_ids, return_dict=True, **inputs)
 
@@ -160,11 +165,16 @@ class MaskedLMPreTraining:
             examples apart, so the encoder gets no attention mask.
         """
         packed = is_packed(self.config, inputs)
-        outputs = self.encode(input_ids, {"attention_mask": None if packed else attention_mask, **inputs})
+        reads_first = self.sentence_key is not None and (self.sentence_logits_name or sentence_label is not None)
+        subset = {}  # the last layer on the rows the losses read (`last_layer`)
+        if labels is not None:
+            sbo = (sbo_labels, sbo_boundaries, sbo_target_positions)
+            subset = last_layer.masked_lm_inputs(self.base_model, labels, target_positions, reads_first, sbo, inputs)
+        outputs = self.encode(input_ids, {"attention_mask": None if packed else attention_mask, **inputs, **subset})
         states = outputs.last_hidden_state  # (B, T, H)
         out = {"hidden_states": outputs.hidden_states, "attentions": outputs.attentions}
         sentence_logits = None
-        if self.sentence_key is not None and (self.sentence_logits_name or sentence_label is not None):
+        if reads_first:
             sentence_logits = self.sentence_logits(outputs, inputs.get("cu_seq_lens_q"))  # (B, 2)
             if self.sentence_logits_name:
                 out[self.sentence_logits_name] = sentence_logits

@@ -1,0 +1,183 @@
+"""The last encoder layer on the positions a loss reads only (flash-attn's BERT `last_layer_subset`, MLPerf BERT's
+`dense_seq_output`), exact.
+
+Only the masked tokens (plus each example's first token for NSP / SOP, plus SBO's span boundaries) reach a loss, so
+past the last layer's attention, which still reads every token's keys and values, everything runs on those rows:
+the attention's output projection where the layer has it apart (BERT, RoBERTa, ELECTRA), the residual, the
+LayerNorms and the feed-forward block. Queries still run for every token: a query subset of a different size in each
+example takes either a host sync (a padded layout of the subset) or a varlen kernel with `cu_seqlens_q` apart from
+`cu_seqlens_k`; the attention's share of a layer is small at pretraining lengths (4·T·H of ~24·H² per token).
+
+How: `install` wraps, once at model build, the forward of the backbone's last layer (ALBERT: its encoder, whose one
+layer is shared) as accelerate's hooks wrap a module's forward: same module, same parameter names. The backbone is
+called as always with `last_layer_positions` (flat `(M,)` indices into the `(B, T)` batch) among its keyword
+arguments, which transformers hands down to every layer; the wrapped layer computes those rows and writes them back
+into a `(B, T, H)` output, zero elsewhere (no loss reads those), so every reader of `last_hidden_state` is unchanged.
+Not wrapped: DeBERTa (its model does not hand keyword arguments to its layers) and XLNet (docs/internals.md).
+"""
+
+from collections.abc import Callable
+from types import MethodType
+
+import torch
+from torch import nn
+from transformers.modeling_outputs import BaseModelOutput
+
+KEY = "last_layer_positions"  # the backbone keyword that asks for the subset
+EVERY_TOKEN = ("output_hidden_states", "output_attentions")  # a caller asking for these gets the full layer
+REPEATS = "last_layer_repeats"  # True where a position may be given twice with a gradient (SBO's boundaries)
+
+
+def _rows(states: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+    return states.flatten(0, -2).index_select(0, at)  # (M, H)
+
+
+def _bert_layer(layer, hidden, at, attention_mask=None, *args, **kwargs):
+    """BERT, RoBERTa, ELECTRA (`BertLayer`): self-attention on every query, then `BertSelfOutput` (dense, residual,
+    LayerNorm) and the feed-forward chunk on the rows."""
+    kwargs = {k: v for k, v in kwargs.items() if k not in ("encoder_attention_mask", "cache")}
+    attention, _ = layer.attention.self(hidden, attention_mask=attention_mask, **kwargs)  # (B, T, H)
+    attention = layer.attention.output(_rows(attention, at), _rows(hidden, at))  # (M, H)
+    return layer.feed_forward_chunk(attention)
+
+
+def _albert_layer(layer, hidden, at, attention_mask=None, **kwargs):
+    """ALBERT (`AlbertLayer`): its attention holds the output dense and LayerNorm, so it runs on every token; the
+    feed-forward block and the last LayerNorm on the rows."""
+    attention = _rows(layer.attention(hidden, attention_mask, **kwargs)[0], at)  # (M, H)
+    return layer.full_layer_layer_norm(layer.ff_chunk(attention) + attention)
+
+
+def _modernbert_layer(layer, hidden, at, attention_mask=None, position_embeddings=None, **kwargs):
+    """ModernBERT (pre-norm): attention (its `Wo` inside) on every token, the residual and the MLP on the rows."""
+    attention, _ = layer.attn(
+        layer.attn_norm(hidden), position_embeddings=position_embeddings, attention_mask=attention_mask, **kwargs
+    )
+    hidden = _rows(hidden, at) + _rows(attention, at)  # (M, H)
+    return hidden + layer.mlp(layer.mlp_norm(hidden))
+
+
+def _scatter(rows: torch.Tensor, at: torch.Tensor, like: torch.Tensor, repeats: bool) -> torch.Tensor:
+    """`(B, T, H)`: `rows` at their flat positions, zero elsewhere. A position given twice gets its gradient twice
+    through `index_copy`: harmless where no loss reads it (a fixed-shape batch's filler slot), else (`repeats`: SBO's
+    shared span boundaries) each copy is weighted by its count's inverse and summed (within an ulp of the value)."""
+    flat = rows.new_zeros(like.shape[:-1].numel(), rows.shape[-1])
+    if not repeats:
+        return flat.index_copy(0, at, rows).view(*like.shape[:-1], -1)
+    count = torch.zeros(flat.shape[0], dtype=rows.dtype, device=rows.device).index_add_(0, at, rows.new_ones(len(at)))
+    return flat.index_add(0, at, rows / count.take(at)[:, None]).view(*like.shape[:-1], -1)
+
+
+def _wrapped_layer(layer_forward: Callable) -> Callable:
+    def forward(self, hidden_states, *args, **kwargs):
+        at, repeats = kwargs.pop(KEY, None), kwargs.pop(REPEATS, False)
+        if at is None or not self.last_layer_subset:
+            return self._full_forward(hidden_states, *args, **kwargs)
+        return _scatter(layer_forward(self, hidden_states, at, *args, **kwargs), at, hidden_states, repeats)
+
+    return forward
+
+
+def _albert_encoder(self, hidden_states, attention_mask=None, **kwargs):
+    """`AlbertTransformer.forward` (transformers 5.x) with the last application of its shared layer on the rows."""
+    at, repeats = kwargs.pop(KEY, None), kwargs.pop(REPEATS, False)
+    if at is None or not self.last_layer_subset:
+        return self._full_forward(hidden_states, attention_mask, **kwargs)
+    hidden_states = self.embedding_hidden_mapping_in(hidden_states)
+    depth, groups = self.config.num_hidden_layers, self.config.num_hidden_groups
+    for i in range(depth):
+        layers = self.albert_layer_groups[int(i / (depth / groups))].albert_layers
+        for j, layer in enumerate(layers):
+            if i == depth - 1 and j == len(layers) - 1:
+                rows = _albert_layer(layer, hidden_states, at, attention_mask, **kwargs)
+                hidden_states = _scatter(rows, at, hidden_states, repeats)
+            else:
+                hidden_states = layer(hidden_states, attention_mask, **kwargs)
+    return BaseModelOutput(last_hidden_state=hidden_states)
+
+
+def _last_layer(backbone: nn.Module) -> nn.Module | None:
+    """The module `install` wraps: the last layer, or ALBERT's encoder."""
+    kind = backbone.config.model_type
+    if kind == "albert":
+        return backbone.encoder
+    if kind == "modernbert":
+        return backbone.layers[-1]
+    if kind in LAYERS:
+        return backbone.encoder.layer[-1]
+    return None
+
+
+# model_type -> the last layer's forward on the rows (`(layer, hidden (B, T, H), at, *layer args) -> (M, H)`)
+LAYERS = {"bert": _bert_layer, "roberta": _bert_layer, "electra": _bert_layer, "modernbert": _modernbert_layer}
+
+
+def install(backbone: nn.Module | None) -> None:
+    """Let `backbone` (a transformers base model) take `last_layer_positions`; on, once, where it is exact."""
+    module = None if backbone is None else _last_layer(backbone)
+    if module is None or hasattr(module, "_full_forward"):
+        return
+    module._full_forward = module.forward
+    module.last_layer_subset = True
+    kind = backbone.config.model_type
+    module.forward = MethodType(_albert_encoder if kind == "albert" else _wrapped_layer(LAYERS[kind]), module)
+
+
+def use_last_layer_subset(model: nn.Module, enabled: bool = True) -> nn.Module:
+    """Switch the subset on or off in every backbone of `model` (on by default where installed)."""
+    for module in model.modules():
+        if hasattr(module, "_full_forward"):
+            module.last_layer_subset = enabled
+    return model
+
+
+def _subsets(backbone: nn.Module, inputs: dict) -> bool:
+    module = _last_layer(backbone)
+    if module is None or not getattr(module, "last_layer_subset", False):
+        return False
+    return not any(inputs.get(key, getattr(backbone.config, key, False)) for key in EVERY_TOKEN)
+
+
+def subset_inputs(
+    backbone: nn.Module, *positions: torch.Tensor | None, inputs: dict | None = None, repeats: bool = False
+) -> dict:
+    """`{"last_layer_positions": (M,)}`, the positions' concatenation, where `backbone` runs its last layer on a
+    subset and no caller asked for every token's states (`output_hidden_states`, `output_attentions`); else `{}`.
+    `repeats`: a position may come twice and is read by a loss (`_scatter`)."""
+    if not _subsets(backbone, inputs or {}):
+        return {}
+    parts = [p for p in positions if p is not None]
+    subset = {KEY: parts[0] if len(parts) == 1 else torch.cat(parts)}
+    return {**subset, REPEATS: True} if repeats else subset
+
+
+def first_tokens(labels: torch.Tensor, cu_seq_lens: torch.Tensor | None) -> torch.Tensor:
+    """Flat positions of each example's first token (NSP / SOP read them) in the `(B, T)` batch of `labels`:
+    `cu_seq_lens[:-1]` in a padding-free row, the first column of every padded row."""
+    if cu_seq_lens is not None:
+        return cu_seq_lens[:-1].to(device=labels.device, dtype=torch.long)
+    return torch.arange(0, labels.numel(), labels.shape[1], device=labels.device)
+
+
+def sbo_boundaries(sbo_boundaries: torch.Tensor, at: torch.Tensor, width: int) -> torch.Tensor:
+    """Flat positions of the span boundaries SBO reads (`span_boundary.span_boundary_loss`'s), `(2N,)`."""
+    return (sbo_boundaries.flatten(0, 1).index_select(0, at) + (at // width * width)[:, None]).flatten()
+
+
+def _labelled(labels: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
+    return labels.flatten().ne(-100).nonzero().squeeze(1) if positions is None else positions  # (M,)
+
+
+def masked_lm_inputs(backbone, labels, target_positions, reads_first: bool, sbo: tuple, inputs: dict) -> dict:
+    """`subset_inputs` of a masked-LM step (`masked_lm.MaskedLMPreTraining`): the labelled tokens, each example's
+    first token where NSP / SOP reads it, SBO's span boundaries where `sbo` = `(sbo_labels, sbo_boundaries,
+    sbo_target_positions)` has labels."""
+    if not _subsets(backbone, inputs):
+        return {}
+    first = first_tokens(labels, inputs.get("cu_seq_lens_q")) if reads_first else None
+    sbo_labels, boundaries, sbo_positions = sbo
+    ends = None
+    if sbo_labels is not None and boundaries is not None:
+        ends = sbo_boundaries(boundaries, _labelled(sbo_labels, sbo_positions), labels.shape[1])
+    at = _labelled(labels, target_positions)
+    return subset_inputs(backbone, at, first, ends, inputs=inputs, repeats=ends is not None)
