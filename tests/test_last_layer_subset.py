@@ -3,9 +3,10 @@ gradients equal to the full layer's, padded and padding-free, and the matmul FLO
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 import hf_bertology as hb
 from hf_bertology.collators.flatten import add_target_positions, flatten_batch
@@ -14,7 +15,8 @@ from hf_bertology.models import last_layer
 from hf_bertology.models.last_layer import use_last_layer_subset
 from hf_bertology.recipes import VARIANTS
 from hf_bertology.training.attention import PACKED_ATTENTION, set_attention
-from platform_support import loss_and_grads, no_dropout
+from hf_bertology.training.budget import FlopCounter
+from platform_support import REPO, loss_and_grads, no_dropout
 
 # every paper variant whose backbone runs the subset, and composed cells covering every objective's reads (NSP, SOP,
 # SBO, RTD generators) on every backbone that runs it
@@ -112,18 +114,28 @@ def test_asking_for_hidden_states_runs_the_full_layer(corpus):
     assert states.abs().sum(-1).ne(0).all()  # no row left at zero
 
 
-def _matmul_flops(model, batch) -> int:
-    model.zero_grad(set_to_none=True)
-    with FlopCounterMode(display=False) as counter:
-        model(**batch).loss.backward()
-    return counter.get_total_flops()
+def test_a_bert_step_costs_fewer_matmul_flops(corpus_file):
+    """benchmarks/last_layer_flops.py on bert-tiny (2 layers, hidden 32) and the test corpus, padding-free: at least
+    8% fewer matmul FLOPs per real token (`FlopCounterMode`), as issue 44 asks of bert-mini on WikiText-2."""
+    spec = importlib.util.spec_from_file_location("last_layer_flops", REPO / "benchmarks" / "last_layer_flops.py")
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    result = benchmark.main(["--recipe", "bert-tiny", "--text", str(corpus_file), "--vocab_size", "300"])
+    assert result["real_tokens"] > 8 * 20, result
+    assert result["reduction"] >= 0.08, result
 
 
-def test_bert_step_costs_fewer_matmul_flops(corpus):
-    """bert-tiny (2 layers), padding-free: the subset saves at least 10% of a training step's matmul FLOPs (the
-    bert-mini figure on WikiText-2 is benchmarks/last_layer_flops.py's)."""
+def test_the_flop_counter_counts_the_rows_run(corpus):
+    """`training.budget.FlopCounter` (what `bertology compare` reports) counts the last layer's output projection
+    and feed-forward block on the rows it ran: the labelled tokens and each example's first token (NSP)."""
     model, batch = _setup("bert-tiny", corpus)
-    batch = flatten_batch(batch)
-    full = _matmul_flops(use_last_layer_subset(model, False), batch)
-    subset = _matmul_flops(use_last_layer_subset(model, True), batch)
-    assert subset <= 0.90 * full, (subset, full)
+    counted = {}
+    for enabled in (False, True):
+        counter = FlopCounter(use_last_layer_subset(model, enabled))
+        with counter, torch.no_grad():
+            model(**batch)
+        counted[enabled] = counter.training_flops
+    config = model.config
+    hidden, inner = config.hidden_size, config.intermediate_size
+    rows = int(batch["attention_mask"].sum()) - len(batch["target_positions"]) - len(batch["input_ids"])
+    assert counted[False] - counted[True] == 3 * 2 * rows * (hidden * hidden + 2 * hidden * inner)
