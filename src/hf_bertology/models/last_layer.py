@@ -1,19 +1,9 @@
 """The last encoder layer on the positions a loss reads only (flash-attn's BERT `last_layer_subset`, MLPerf BERT's
-`dense_seq_output`), exact.
+`dense_seq_output`), exact: attention on every token, then everything else on those rows.
 
-Only the masked tokens (plus each example's first token for NSP / SOP, plus SBO's span boundaries) reach a loss, so
-past the last layer's attention, which still reads every token's keys and values, everything runs on those rows:
-the attention's output projection where the layer has it apart (BERT, RoBERTa, ELECTRA), the residual, the
-LayerNorms and the feed-forward block. Queries still run for every token: a query subset of a different size in each
-example takes either a host sync (a padded layout of the subset) or a varlen kernel with `cu_seqlens_q` apart from
-`cu_seqlens_k`; the attention's share of a layer is small at pretraining lengths (4·T·H of ~24·H² per token).
-
-How: `install` wraps, once at model build, the forward of the backbone's last layer (ALBERT: its encoder, whose one
-layer is shared) as accelerate's hooks wrap a module's forward: same module, same parameter names. The backbone is
-called as always with `last_layer_positions` (flat `(M,)` indices into the `(B, T)` batch) among its keyword
-arguments, which transformers hands down to every layer; the wrapped layer computes those rows and writes them back
-into a `(B, T, H)` output, zero elsewhere (no loss reads those), so every reader of `last_hidden_state` is unchanged.
-Not wrapped: DeBERTa (its model does not hand keyword arguments to its layers) and XLNet (docs/internals.md).
+`install` wraps the last layer's forward in place (ALBERT: its encoder, the layer being shared); the backbone is
+called with `last_layer_positions` (flat `(M,)` indices into the `(B, T)` batch), which transformers hands down to
+every layer, and returns those rows in a `(B, T, H)` output, zero elsewhere. How, and where not: docs/internals.md.
 """
 
 from collections.abc import Callable

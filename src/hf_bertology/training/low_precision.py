@@ -1,10 +1,6 @@
 """A low-precision residual stream under bf16 / fp16 autocast (`--low_precision_layernorm`): LayerNorm in the
-autocast dtype, as MosaicBERT's low-precision LayerNorm (composer `LPLayerNorm`).
-
-Autocast runs `layer_norm` in fp32 and returns fp32, so every post-LN residual stream (BERT's `LayerNorm(x + h)`)
-and the fused dropout + add + LayerNorm kernel move fp32; this LayerNorm takes and returns the autocast dtype (its
-statistics are still accumulated in fp32 inside the kernel). Off by default: docs/speed.md ("Low-precision residual
-stream") says what must be measured first.
+autocast dtype, as MosaicBERT's low-precision LayerNorm (composer `LPLayerNorm`). Autocast otherwise runs
+`layer_norm` in fp32 and returns fp32. Off by default: docs/speed.md says what must be measured first.
 """
 
 from __future__ import annotations
