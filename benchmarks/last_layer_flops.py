@@ -1,14 +1,15 @@
 """Matmul FLOPs of one training step with the last layer on the rows a loss reads (`models.last_layer`) and without.
 
-    python benchmarks/last_layer_flops.py [--recipe bert-mini] [--examples 8] [--text ../shared/data/wikitext-2-raw/wiki.valid.raw]
+    python benchmarks/last_layer_flops.py [--recipe bert-mini] [--examples 8] [--text FILE] [--full_only]
 
 One forward and backward of the recipe's model (fixed seed, dropout as the recipe has it) on its first `--examples`
-examples of the text, padding-free (`collators.flatten`, the CPU's `sdpa_packed` attention), counted by
-`torch.utils.flop_counter.FlopCounterMode` (matmuls, batched matmuls and attention), per real token: with the subset
-(the default) and without it (the computation of every commit before it; `--full_only` runs that alone, so the same
-command runs on a checkout without `models.last_layer`). The tokenizer is fixed: WordPiece over the text's
-`--vocab_size` most frequent lower-cased words (ties in alphabetical order) and their letters, the same in every
-process (the WordPiece trainer breaks ties differently from one process to the next).
+examples of the text (default ../shared/data/wikitext-2-raw/wiki.valid.raw), padding-free (`collators.flatten`, the
+CPU's `sdpa_packed` attention), counted by `torch.utils.flop_counter.FlopCounterMode` (matmuls, batched matmuls and
+attention), per real token: with the subset (the default) and without it (the computation of every commit before
+it; `--full_only` runs that alone, so the same command runs on a checkout without `models.last_layer`). The
+tokenizer is fixed: WordPiece over the text's `--vocab_size` most frequent lower-cased words (ties in alphabetical
+order) and their letters, the same in every process (the WordPiece trainer breaks ties differently from one process
+to the next).
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """The last encoder layer on the positions a loss reads only (flash-attn's BERT `last_layer_subset`, MLPerf BERT's
 `dense_seq_output`), exact: attention on every token, then everything else on those rows.
 
-`install` wraps the last layer's forward in place (ALBERT: its encoder, the layer being shared); the backbone is
-called with `last_layer_positions` (flat `(M,)` indices into the `(B, T)` batch), which transformers hands down to
-every layer, and returns those rows in a `(B, T, H)` output, zero elsewhere. How, and where not: docs/internals.md.
+`install_subset` wraps the last layer's forward in place (ALBERT: its encoder, its one layer being shared; DeBERTa: its
+model, whose keywords do not reach its layers); the backbone, called with `last_layer_positions` (flat `(M,)` indices
+into the `(B, T)` batch), which transformers hands down to every layer, returns those rows in a `(B, T, H)` output,
+zero elsewhere. How, and where not: docs/internals.md.
 """
 
 from collections.abc import Callable
@@ -47,7 +48,7 @@ def _modernbert_layer(layer, hidden, at, attention_mask=None, position_embedding
     return hidden + layer.mlp(layer.mlp_norm(hidden))
 
 
-def _scatter(rows: torch.Tensor, at: torch.Tensor, like: torch.Tensor, repeats: bool) -> torch.Tensor:
+def scatter_rows(rows: torch.Tensor, at: torch.Tensor, like: torch.Tensor, repeats: bool) -> torch.Tensor:
     """`(B, T, H)`: `rows` at their flat positions, zero elsewhere. A position given twice gets its gradient twice
     through `index_copy`: harmless where no loss reads it (a fixed-shape batch's filler slot), else (`repeats`: SBO's
     shared span boundaries) each copy is weighted by its count's inverse and summed (within an ulp of the value)."""
@@ -63,7 +64,7 @@ def _wrapped_layer(layer_forward: Callable) -> Callable:
         at, repeats = kwargs.pop(KEY, None), kwargs.pop(REPEATS, False)
         if at is None or not self.last_layer_subset:
             return self._full_forward(hidden_states, *args, **kwargs)
-        return _scatter(layer_forward(self, hidden_states, at, *args, **kwargs), at, hidden_states, repeats)
+        return scatter_rows(layer_forward(self, hidden_states, at, *args, **kwargs), at, hidden_states, repeats)
 
     return forward
 
@@ -80,17 +81,63 @@ def _albert_encoder(self, hidden_states, attention_mask=None, **kwargs):
         for j, layer in enumerate(layers):
             if i == depth - 1 and j == len(layers) - 1:
                 rows = _albert_layer(layer, hidden_states, at, attention_mask, **kwargs)
-                hidden_states = _scatter(rows, at, hidden_states, repeats)
+                hidden_states = scatter_rows(rows, at, hidden_states, repeats)
             else:
                 hidden_states = layer(hidden_states, attention_mask, **kwargs)
     return BaseModelOutput(last_hidden_state=hidden_states)
 
 
+def deberta_rows(layer, keys, at, attention_mask, query_states=None, relative_pos=None, rel_embeddings=None):
+    """DeBERTa (`DebertaV2Layer`), `(M, H)`: disentangled attention on every query (so every relative position as
+    before), then `DebertaV2SelfOutput` and the feed-forward block on the rows; `query_states` as EMD passes them."""
+    attention, _ = layer.attention.self(
+        keys, attention_mask, query_states=query_states, relative_pos=relative_pos, rel_embeddings=rel_embeddings
+    )
+    residual = keys if query_states is None else query_states
+    attention = layer.attention.output(_rows(attention, at), _rows(residual, at))
+    return layer.output(layer.intermediate(attention), attention)
+
+
+def deberta_below_last(deberta, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                       inputs_embeds=None, **_) -> tuple:  # fmt: skip
+    """`DebertaV2Model.forward` (transformers 5.x) up to its last layer: `(that layer's input (B, T, H), the layers'
+    attention mask, relative positions, relative embeddings)`."""
+    shape = input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1]
+    device = input_ids.device if input_ids is not None else inputs_embeds.device
+    mask = torch.ones(shape, device=device) if attention_mask is None else attention_mask
+    types = torch.zeros(shape, dtype=torch.long, device=device) if token_type_ids is None else token_type_ids
+    hidden = deberta.embeddings(
+        input_ids=input_ids, token_type_ids=types, position_ids=position_ids, mask=mask, inputs_embeds=inputs_embeds
+    )
+    encoder = deberta.encoder
+    layer_mask, relative_pos = encoder.get_attention_mask(mask), encoder.get_rel_pos(hidden)
+    rel_embeddings = encoder.get_rel_embedding()
+    for i, layer in enumerate(encoder.layer[:-1]):
+        out = layer(hidden, layer_mask, relative_pos=relative_pos, rel_embeddings=rel_embeddings)[0]
+        hidden = encoder.conv(hidden, out, mask) if i == 0 and encoder.conv is not None else out
+    return hidden, layer_mask, relative_pos, rel_embeddings
+
+
+def _deberta_model(self, input_ids=None, attention_mask=None, *args, **kwargs):
+    """`DebertaV2Model.forward`, whose keywords do not reach its layers: below the last layer as it runs, the last
+    on the rows."""
+    at, repeats = kwargs.pop(KEY, None), kwargs.pop(REPEATS, False)
+    if at is None or not self.last_layer_subset:
+        return self._full_forward(input_ids, attention_mask, *args, **kwargs)
+    hidden, *context = deberta_below_last(self, input_ids, attention_mask, *args, **kwargs)
+    rows = deberta_rows(self.encoder.layer[-1], hidden, at, context[0], None, *context[1:])
+    return BaseModelOutput(last_hidden_state=scatter_rows(rows, at, hidden, repeats))
+
+
 def _last_layer(backbone: nn.Module) -> nn.Module | None:
-    """The module `install` wraps: the last layer, or ALBERT's encoder."""
+    """The module `install_subset` wraps: the last layer, ALBERT's encoder or DeBERTa's model."""
     kind = backbone.config.model_type
     if kind == "albert":
         return backbone.encoder
+    if kind == "deberta-v2":
+        # z_steps: the model's own EMD-like passes; a convolution after the first layer, when that is the last
+        conv_last = backbone.encoder.conv is not None and len(backbone.encoder.layer) == 1
+        return backbone if getattr(backbone, "z_steps", 0) <= 1 and not conv_last else None
     if kind == "modernbert":
         return backbone.layers[-1]
     if kind in LAYERS:
@@ -102,7 +149,7 @@ def _last_layer(backbone: nn.Module) -> nn.Module | None:
 LAYERS = {"bert": _bert_layer, "roberta": _bert_layer, "electra": _bert_layer, "modernbert": _modernbert_layer}
 
 
-def install(backbone: nn.Module | None) -> None:
+def install_subset(backbone: nn.Module | None) -> None:
     """Let `backbone` (a transformers base model) take `last_layer_positions`; on, once, where it is exact."""
     module = None if backbone is None else _last_layer(backbone)
     if module is None or hasattr(module, "_full_forward"):
@@ -110,7 +157,8 @@ def install(backbone: nn.Module | None) -> None:
     module._full_forward = module.forward
     module.last_layer_subset = True
     kind = backbone.config.model_type
-    module.forward = MethodType(_albert_encoder if kind == "albert" else _wrapped_layer(LAYERS[kind]), module)
+    forward = {"albert": _albert_encoder, "deberta-v2": _deberta_model}.get(kind) or _wrapped_layer(LAYERS[kind])
+    module.forward = MethodType(forward, module)
 
 
 def use_last_layer_subset(model: nn.Module, enabled: bool = True) -> nn.Module:
@@ -133,7 +181,7 @@ def subset_inputs(
 ) -> dict:
     """`{"last_layer_positions": (M,)}`, the positions' concatenation, where `backbone` runs its last layer on a
     subset and no caller asked for every token's states (`output_hidden_states`, `output_attentions`); else `{}`.
-    `repeats`: a position may come twice and is read by a loss (`_scatter`)."""
+    `repeats`: a position may come twice and is read by a loss (`scatter_rows`)."""
     if not _subsets(backbone, inputs or {}):
         return {}
     parts = [p for p in positions if p is not None]

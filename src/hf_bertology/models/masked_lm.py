@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 import torch
 import torch.nn.functional as F
 
-from . import last_layer
+from .last_layer import install_subset, masked_lm_inputs
 from .outputs import BertologyForPreTrainingOutput, step_mean
 from .span_boundary import SpanTargets, span_boundary_loss
 
@@ -117,7 +117,7 @@ class MaskedLMPreTraining:
 
     def post_init(self):
         super().post_init()
-        last_layer.install(self.base_model)  # the last layer on the rows a loss reads (`last_layer`)
+        install_subset(self.base_model)  # the last layer on the rows a loss reads (`last_layer`)
 
     def encode(self, input_ids, inputs: dict):
         return self.base_model(input_ids, return_dict=True, **inputs)
@@ -169,7 +169,7 @@ class MaskedLMPreTraining:
         subset = {}  # the last layer on the rows the losses read (`last_layer`)
         if labels is not None:
             sbo = (sbo_labels, sbo_boundaries, sbo_target_positions)
-            subset = last_layer.masked_lm_inputs(self.base_model, labels, target_positions, reads_first, sbo, inputs)
+            subset = masked_lm_inputs(self.base_model, labels, target_positions, reads_first, sbo, inputs)
         outputs = self.encode(input_ids, {"attention_mask": None if packed else attention_mask, **inputs, **subset})
         states = outputs.last_hidden_state  # (B, T, H)
         out = {"hidden_states": outputs.hidden_states, "attentions": outputs.attentions}

@@ -31,8 +31,8 @@ from transformers import (
 )
 from transformers import initialization as init
 
-from . import last_layer
 from .configuration_composed import COMPOSED_CONFIGS, generator_config
+from .last_layer import subset_inputs
 from .masked_lm import SENTENCE_TASKS, MaskedLMPreTraining, is_packed
 from .outputs import BertologyForPreTrainingOutput
 from .replaced_token_detection import (
@@ -249,7 +249,7 @@ class ComposedForPreTraining(MaskedLMPreTraining, ReplacedTokenDetectionPreTrain
 
     def generator_logits(self, input_ids, chosen, inputs) -> torch.Tensor:
         """The generator's `(M, V)` logits at the chosen tokens, through its family's MLM head."""
-        subset = last_layer.subset_inputs(self.generator.base_model, chosen.at, inputs=inputs)  # the chosen rows
+        subset = subset_inputs(self.generator.base_model, chosen.at, inputs=inputs)  # the chosen rows
         states = self.generator.base_model(input_ids, **inputs, **subset).last_hidden_state
         return MLM_HEADS[self.config.model_type](self.generator, states.flatten(0, 1).index_select(0, chosen.at))
 

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import last_layer
+from .last_layer import install_subset
 from .masked_lm import is_packed
 from .outputs import BertologyForPreTrainingOutput, step_mean
 from .span_boundary import activation, layer_norm_eps
@@ -281,7 +281,7 @@ class ReplacedTokenDetectionPreTraining:
 
     def post_init(self):
         super().post_init()
-        last_layer.install(getattr(getattr(self, "generator", None), "base_model", None))  # its MLM reads a subset
+        install_subset(getattr(getattr(self, "generator", None), "base_model", None))  # its MLM reads a subset
 
     def backbone_inputs(self, attention_mask, token_type_ids, position_ids, kwargs: dict) -> dict:
         """What both encoders take besides the ids; a padding-free batch drops the mask (its boundaries keep the
