@@ -124,19 +124,19 @@ def test_asking_for_hidden_states_runs_the_full_layer(corpus):
 
 
 def test_a_bert_step_costs_fewer_matmul_flops(corpus_file):
-    """benchmarks/last_layer_flops.py on bert-tiny (2 layers, hidden 32) and the test corpus, padding-free: at least
-    8% fewer matmul FLOPs per real token (`FlopCounterMode`), as issue 44 asks of bert-mini on WikiText-2."""
+    """benchmarks/last_layer_flops.py on bert-mini (4 layers, hidden 256) and the test corpus, padding-free: at least
+    8% fewer matmul FLOPs per real token (`FlopCounterMode`), as issue 44 asks of it on WikiText-2 (11.9% there)."""
     spec = importlib.util.spec_from_file_location("last_layer_flops", REPO / "benchmarks" / "last_layer_flops.py")
     benchmark = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(benchmark)
-    result = benchmark.main(["--recipe", "bert-tiny", "--text", str(corpus_file), "--vocab_size", "300"])
+    result = benchmark.main(["--recipe", "bert-mini", "--text", str(corpus_file), "--vocab_size", "300"])
     assert result["real_tokens"] > 8 * 20, result
     assert result["reduction"] >= 0.08, result
 
 
 def test_the_flop_counter_counts_the_rows_run(corpus):
-    """`training.budget.FlopCounter` (what `bertology compare` reports) counts the last layer's output projection
-    and feed-forward block on the rows it ran: the labelled tokens and each example's first token (NSP)."""
+    """`training.budget.FlopCounter` (what `bertology compare` reports) counts the last layer's feed-forward block
+    on the rows it ran: the labelled tokens and each example's first token (NSP)."""
     model, batch = _setup("bert-tiny", corpus)
     counted = {}
     for enabled in (False, True):
@@ -145,6 +145,7 @@ def test_the_flop_counter_counts_the_rows_run(corpus):
             model(**batch)
         counted[enabled] = counter.training_flops
     config = model.config
-    hidden, inner = config.hidden_size, config.intermediate_size
+    hidden, inner = config.hidden_size, config.intermediate_size  # FFN: hidden -> inner -> hidden
     rows = int(batch["attention_mask"].sum()) - len(batch["target_positions"]) - len(batch["input_ids"])
-    assert counted[False] - counted[True] == 3 * 2 * rows * (hidden * hidden + 2 * hidden * inner)
+    pooler = 2 * hidden * hidden  # BertModel's own pooler then runs on the output's first row, unread
+    assert counted[False] - counted[True] == 3 * (2 * rows * 2 * hidden * inner - pooler)

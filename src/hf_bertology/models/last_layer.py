@@ -16,7 +16,6 @@ from transformers.modeling_outputs import BaseModelOutput
 
 KEY = "last_layer_positions"  # the backbone keyword that asks for the subset
 EVERY_TOKEN = ("output_hidden_states", "output_attentions")  # a caller asking for these gets the full layer
-REPEATS = "last_layer_repeats"  # True where a position may be given twice with a gradient (SBO's boundaries)
 
 
 def _rows(states: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
@@ -24,54 +23,51 @@ def _rows(states: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
 
 
 def _bert_layer(layer, hidden, at, attention_mask=None, *args, **kwargs):
-    """BERT, RoBERTa, ELECTRA (`BertLayer`): self-attention on every query, then `BertSelfOutput` (dense, residual,
-    LayerNorm) and the feed-forward chunk on the rows."""
+    """BERT, RoBERTa, ELECTRA (`BertLayer`): `BertAttention` (with its output dense, residual and LayerNorm) on every
+    token, the feed-forward chunk on the rows."""
     kwargs = {k: v for k, v in kwargs.items() if k not in ("encoder_attention_mask", "cache")}
-    attention, _ = layer.attention.self(hidden, attention_mask=attention_mask, **kwargs)  # (B, T, H)
-    attention = layer.attention.output(_rows(attention, at), _rows(hidden, at))  # (M, H)
-    return layer.feed_forward_chunk(attention)
+    return layer.feed_forward_chunk(_rows(layer.attention(hidden, attention_mask, **kwargs)[0], at))
 
 
 def _albert_layer(layer, hidden, at, attention_mask=None, **kwargs):
-    """ALBERT (`AlbertLayer`): its attention holds the output dense and LayerNorm, so it runs on every token; the
-    feed-forward block and the last LayerNorm on the rows."""
+    """ALBERT (`AlbertLayer`): its attention on every token, the feed-forward block and last LayerNorm on the rows."""
     attention = _rows(layer.attention(hidden, attention_mask, **kwargs)[0], at)  # (M, H)
     return layer.full_layer_layer_norm(layer.ff_chunk(attention) + attention)
 
 
 def _modernbert_layer(layer, hidden, at, attention_mask=None, position_embeddings=None, **kwargs):
-    """ModernBERT (pre-norm): attention (its `Wo` inside) on every token, the residual and the MLP on the rows."""
+    """ModernBERT (pre-norm): attention and its residual on every token, the MLP and its residual on the rows."""
     attention, _ = layer.attn(
         layer.attn_norm(hidden), position_embeddings=position_embeddings, attention_mask=attention_mask, **kwargs
     )
-    hidden = _rows(hidden, at) + _rows(attention, at)  # (M, H)
+    hidden = _rows(hidden + attention, at)  # (M, H)
     return hidden + layer.mlp(layer.mlp_norm(hidden))
 
 
-def scatter_rows(rows: torch.Tensor, at: torch.Tensor, like: torch.Tensor, repeats: bool) -> torch.Tensor:
-    """`(B, T, H)`: `rows` at their flat positions, zero elsewhere. A position given twice gets its gradient twice
-    through `index_copy`: harmless where no loss reads it (a fixed-shape batch's filler slot), else (`repeats`: SBO's
-    shared span boundaries) each copy is weighted by its count's inverse and summed (within an ulp of the value)."""
-    flat = rows.new_zeros(like.shape[:-1].numel(), rows.shape[-1])
+def scatter_rows(rows: torch.Tensor, at: torch.Tensor, shape: torch.Size, repeats: bool = False) -> torch.Tensor:
+    """`(B, T, H)` of a `(B, T)` `shape`: `rows` at their flat positions `at`, zero elsewhere. A position given twice
+    gets its gradient twice through `index_copy`; where a loss reads it (`repeats`: SBO's span boundaries, shared by a
+    span's tokens) each copy is weighted by its count's inverse and summed instead (within an ulp of the value)."""
+    flat = rows.new_zeros(shape.numel(), rows.shape[-1])
     if not repeats:
-        return flat.index_copy(0, at, rows).view(*like.shape[:-1], -1)
+        return flat.index_copy(0, at, rows).view(*shape, -1)
     count = torch.zeros(flat.shape[0], dtype=rows.dtype, device=rows.device).index_add_(0, at, rows.new_ones(len(at)))
-    return flat.index_add(0, at, rows / count.take(at)[:, None]).view(*like.shape[:-1], -1)
+    return flat.index_add(0, at, rows / count.take(at)[:, None]).view(*shape, -1)
 
 
 def _wrapped_layer(layer_forward: Callable) -> Callable:
     def forward(self, hidden_states, *args, **kwargs):
-        at, repeats = kwargs.pop(KEY, None), kwargs.pop(REPEATS, False)
+        at = kwargs.pop(KEY, None)
         if at is None or not self.last_layer_subset:
             return self._full_forward(hidden_states, *args, **kwargs)
-        return scatter_rows(layer_forward(self, hidden_states, at, *args, **kwargs), at, hidden_states, repeats)
+        return layer_forward(self, hidden_states, at, *args, **kwargs)[None]  # (1, M, H): the rows, in order
 
     return forward
 
 
 def _albert_encoder(self, hidden_states, attention_mask=None, **kwargs):
     """`AlbertTransformer.forward` (transformers 5.x) with the last application of its shared layer on the rows."""
-    at, repeats = kwargs.pop(KEY, None), kwargs.pop(REPEATS, False)
+    at = kwargs.pop(KEY, None)
     if at is None or not self.last_layer_subset:
         return self._full_forward(hidden_states, attention_mask, **kwargs)
     hidden_states = self.embedding_hidden_mapping_in(hidden_states)
@@ -80,21 +76,19 @@ def _albert_encoder(self, hidden_states, attention_mask=None, **kwargs):
         layers = self.albert_layer_groups[int(i / (depth / groups))].albert_layers
         for j, layer in enumerate(layers):
             if i == depth - 1 and j == len(layers) - 1:
-                rows = _albert_layer(layer, hidden_states, at, attention_mask, **kwargs)
-                hidden_states = scatter_rows(rows, at, hidden_states, repeats)
+                hidden_states = _albert_layer(layer, hidden_states, at, attention_mask, **kwargs)[None]  # (1, M, H)
             else:
                 hidden_states = layer(hidden_states, attention_mask, **kwargs)
     return BaseModelOutput(last_hidden_state=hidden_states)
 
 
 def deberta_rows(layer, keys, at, attention_mask, query_states=None, relative_pos=None, rel_embeddings=None):
-    """DeBERTa (`DebertaV2Layer`), `(M, H)`: disentangled attention on every query (so every relative position as
-    before), then `DebertaV2SelfOutput` and the feed-forward block on the rows; `query_states` as EMD passes them."""
-    attention, _ = layer.attention.self(
+    """DeBERTa (`DebertaV2Layer`), `(M, H)`: its attention (every query, so every relative position as before, and
+    `DebertaV2SelfOutput`) on every token, the feed-forward block on the rows; `query_states` as EMD passes them."""
+    attention = layer.attention(
         keys, attention_mask, query_states=query_states, relative_pos=relative_pos, rel_embeddings=rel_embeddings
-    )
-    residual = keys if query_states is None else query_states
-    attention = layer.attention.output(_rows(attention, at), _rows(residual, at))
+    )[0]
+    attention = _rows(attention, at)  # (M, H)
     return layer.output(layer.intermediate(attention), attention)
 
 
@@ -121,12 +115,12 @@ def deberta_below_last(deberta, input_ids=None, attention_mask=None, token_type_
 def _deberta_model(self, input_ids=None, attention_mask=None, *args, **kwargs):
     """`DebertaV2Model.forward`, whose keywords do not reach its layers: below the last layer as it runs, the last
     on the rows."""
-    at, repeats = kwargs.pop(KEY, None), kwargs.pop(REPEATS, False)
+    at = kwargs.pop(KEY, None)
     if at is None or not self.last_layer_subset:
         return self._full_forward(input_ids, attention_mask, *args, **kwargs)
     hidden, *context = deberta_below_last(self, input_ids, attention_mask, *args, **kwargs)
     rows = deberta_rows(self.encoder.layer[-1], hidden, at, context[0], None, *context[1:])
-    return BaseModelOutput(last_hidden_state=scatter_rows(rows, at, hidden, repeats))
+    return BaseModelOutput(last_hidden_state=rows[None])  # (1, M, H)
 
 
 def _last_layer(backbone: nn.Module) -> nn.Module | None:
@@ -176,24 +170,21 @@ def _subsets(backbone: nn.Module, inputs: dict) -> bool:
     return not any(inputs.get(key, getattr(backbone.config, key, False)) for key in EVERY_TOKEN)
 
 
-def subset_inputs(
-    backbone: nn.Module, *positions: torch.Tensor | None, inputs: dict | None = None, repeats: bool = False
-) -> dict:
+def subset_inputs(backbone: nn.Module, *positions: torch.Tensor | None, inputs: dict | None = None) -> dict:
     """`{"last_layer_positions": (M,)}`, the positions' concatenation, where `backbone` runs its last layer on a
     subset and no caller asked for every token's states (`output_hidden_states`, `output_attentions`); else `{}`.
-    `repeats`: a position may come twice and is read by a loss (`scatter_rows`)."""
+    With it the backbone's `last_hidden_state` is `(1, M, H)`: those rows, in that order."""
     if not _subsets(backbone, inputs or {}):
         return {}
     parts = [p for p in positions if p is not None]
-    subset = {KEY: parts[0] if len(parts) == 1 else torch.cat(parts)}
-    return {**subset, REPEATS: True} if repeats else subset
+    return {KEY: parts[0] if len(parts) == 1 else torch.cat(parts)}
 
 
 def first_tokens(labels: torch.Tensor, cu_seq_lens: torch.Tensor | None) -> torch.Tensor:
     """Flat positions of each example's first token (NSP / SOP read them) in the `(B, T)` batch of `labels`:
     `cu_seq_lens[:-1]` in a padding-free row, the first column of every padded row."""
     if cu_seq_lens is not None:
-        return cu_seq_lens[:-1].to(device=labels.device, dtype=torch.long)
+        return cu_seq_lens[:-1]  # int32 is promoted by the `cat` with the targets
     return torch.arange(0, labels.numel(), labels.shape[1], device=labels.device)
 
 
@@ -206,16 +197,17 @@ def _labelled(labels: torch.Tensor, positions: torch.Tensor | None) -> torch.Ten
     return labels.flatten().ne(-100).nonzero().squeeze(1) if positions is None else positions  # (M,)
 
 
-def masked_lm_inputs(backbone, labels, target_positions, reads_first: bool, sbo: tuple, inputs: dict) -> dict:
-    """`subset_inputs` of a masked-LM step (`masked_lm.MaskedLMPreTraining`): the labelled tokens, each example's
-    first token where NSP / SOP reads it, SBO's span boundaries where `sbo` = `(sbo_labels, sbo_boundaries,
-    sbo_target_positions)` has labels."""
+def masked_lm_rows(backbone, labels, target_positions, reads_first: bool, sbo: tuple, inputs: dict):
+    """`(subset_inputs, sizes)` of a masked-LM step (`masked_lm.MaskedLMPreTraining`): the labelled tokens, each
+    example's first token where NSP / SOP reads it, SBO's span boundaries where `sbo` = `(sbo_labels, sbo_boundaries,
+    sbo_target_positions)` has labels; `sizes`: how many rows of each, in that order (`({}, None)`: no subset)."""
     if not _subsets(backbone, inputs):
-        return {}
+        return {}, None
     first = first_tokens(labels, inputs.get("cu_seq_lens_q")) if reads_first else None
     sbo_labels, boundaries, sbo_positions = sbo
     ends = None
     if sbo_labels is not None and boundaries is not None:
         ends = sbo_boundaries(boundaries, _labelled(sbo_labels, sbo_positions), labels.shape[1])
     at = _labelled(labels, target_positions)
-    return subset_inputs(backbone, at, first, ends, inputs=inputs, repeats=ends is not None)
+    sizes = [len(part) if part is not None else 0 for part in (at, first, ends)]
+    return subset_inputs(backbone, at, first, ends, inputs=inputs), sizes

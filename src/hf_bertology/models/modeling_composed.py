@@ -234,6 +234,9 @@ class ComposedForPreTraining(MaskedLMPreTraining, ReplacedTokenDetectionPreTrain
     def sentence_logits(self, outputs, cu_seq_lens):
         states = outputs.last_hidden_state
         first = states[:, 0] if cu_seq_lens is None else states[0, cu_seq_lens[:-1].long()]  # each example's first
+        return self.first_token_logits(first)
+
+    def first_token_logits(self, first):
         return self.sentence_classifier(self._pool(first))  # (B, 2)
 
     def _pool(self, first: torch.Tensor) -> torch.Tensor:
@@ -249,9 +252,10 @@ class ComposedForPreTraining(MaskedLMPreTraining, ReplacedTokenDetectionPreTrain
 
     def generator_logits(self, input_ids, chosen, inputs) -> torch.Tensor:
         """The generator's `(M, V)` logits at the chosen tokens, through its family's MLM head."""
-        subset = subset_inputs(self.generator.base_model, chosen.at, inputs=inputs)  # the chosen rows
+        subset = subset_inputs(self.generator.base_model, chosen.at, inputs=inputs)  # (1, M, H): the chosen rows
         states = self.generator.base_model(input_ids, **inputs, **subset).last_hidden_state
-        return MLM_HEADS[self.config.model_type](self.generator, states.flatten(0, 1).index_select(0, chosen.at))
+        states = states[0] if subset else states.flatten(0, 1).index_select(0, chosen.at)  # (M, H)
+        return MLM_HEADS[self.config.model_type](self.generator, states)
 
     def rtd_logits(self, hidden_states: torch.Tensor, inputs: dict) -> torch.Tensor:
         """`(B, T)` discriminator logits: DeBERTa-v3's head reads each example's [CLS], ELECTRA's each token alone."""

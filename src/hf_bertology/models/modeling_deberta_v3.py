@@ -39,8 +39,9 @@ def enhanced_mask_decoder(
     `keys`: the input of the last layer (`encoder_layers[-2]`, line 59), its keys and values; `positions`: `(B, T, H)`
     absolute position embeddings. The last layer is applied twice more (`range(2)`, line 61), the first query the keys
     plus the positions (line 62), the next the previous output (line 71). Returns `(B, T, H)`; the caller gathers the
-    chosen tokens (line 76). `at`: the chosen tokens' flat positions; each pass then runs past its attention on those
-    rows only (`last_layer.deberta_rows`; a query's output depends on its own query alone), zero elsewhere.
+    chosen tokens (line 76). `at`: the chosen tokens' flat positions; each pass's feed-forward block then runs on those
+    rows only (`last_layer.deberta_rows`; a query's output depends on its own query alone), and the `(M, H)` rows are
+    returned.
     """
     encoder = deberta.encoder
     mask = torch.ones(keys.shape[:2], device=keys.device) if attention_mask is None else attention_mask
@@ -48,14 +49,14 @@ def enhanced_mask_decoder(
     relative_pos = encoder.get_rel_pos(keys)
     rel_embeddings = encoder.get_rel_embedding()
     query = positions + keys
-    for _ in range(2):
+    for step in range(2):
         if at is None:
             query = encoder.layer[-1](
                 keys, mask, query_states=query, relative_pos=relative_pos, rel_embeddings=rel_embeddings
             )[0]
         else:
-            rows = deberta_rows(encoder.layer[-1], keys, at, mask, query, relative_pos, rel_embeddings)
-            query = scatter_rows(rows, at, keys, repeats=False)
+            rows = deberta_rows(encoder.layer[-1], keys, at, mask, query, relative_pos, rel_embeddings)  # (M, H)
+            query = rows if step == 1 else scatter_rows(rows, at, keys.shape[:-1])  # the next pass's queries
     return query
 
 
@@ -105,13 +106,14 @@ class BertologyDebertaV3ForPreTraining(ReplacedTokenDetectionPreTraining, Debert
         return [generator, [p for p in self.parameters() if p.requires_grad and id(p) not in in_generator]]
 
     def _generator_states(self, input_ids, at, inputs) -> torch.Tensor:
-        """`(B, T, H)` states the generator's head reads: EMD's where the input carries no absolute positions
-        (officially only then, `masked_language_model.py:60,73-74`), else the last layer's; only the chosen rows
-        (`at`) are right where the last layer runs on a subset (`last_layer`)."""
+        """`(M, H)` states the generator's head reads at the chosen tokens (`at`): EMD's where the input carries no
+        absolute positions (officially only then, `masked_language_model.py:60,73-74`), else the last layer's; where
+        the last layer runs on a subset (`last_layer`), on the chosen rows only."""
         deberta = self.generator.deberta
         subset = subset_inputs(deberta, at, inputs=inputs)
         if deberta.config.position_biased_input:
-            return deberta(input_ids, **inputs, **subset).last_hidden_state
+            states = deberta(input_ids, **inputs, **subset).last_hidden_state
+            return states[0] if subset else states.flatten(0, 1).index_select(0, at)
         if subset:  # the last layer's own output is never read under EMD: it does not run
             keys = deberta_below_last(deberta, input_ids, **inputs)[0]
         else:
@@ -120,15 +122,14 @@ class BertologyDebertaV3ForPreTraining(ReplacedTokenDetectionPreTraining, Debert
         if position_ids is None:
             position_ids = torch.arange(input_ids.shape[1], device=input_ids.device)[None]  # (1, T)
         positions = deberta.embeddings.position_embeddings(position_ids.long())  # z_states, raw (`bert.py:253`)
-        return enhanced_mask_decoder(deberta, keys, inputs["attention_mask"], positions, at if subset else None)
+        states = enhanced_mask_decoder(deberta, keys, inputs["attention_mask"], positions, at if subset else None)
+        return states if subset else states.flatten(0, 1).index_select(0, at)
 
     # -- the paper's parts (§3); the step is `ReplacedTokenDetectionPreTraining`'s ---------------------------------
     def generator_logits(self, input_ids, chosen, inputs) -> torch.Tensor:
         """The generator's `(M, V)` logits at the chosen tokens only, through EMD where it applies."""
-        generator = self.generator
-        states = self._generator_states(input_ids, chosen.at, inputs)
-        states = states.flatten(0, 1).index_select(0, chosen.at)  # (M, H): the chosen tokens
-        return generator.lm_predictions(states, generator.deberta.embeddings.word_embeddings)  # (M, V)
+        states = self._generator_states(input_ids, chosen.at, inputs)  # (M, H): the chosen tokens
+        return self.generator.lm_predictions(states, self.generator.deberta.embeddings.word_embeddings)  # (M, V)
 
     def rtd_logits(self, hidden_states, inputs) -> torch.Tensor:
         return self.mask_predictions(hidden_states)  # (B, T): every token read with its row's [CLS]

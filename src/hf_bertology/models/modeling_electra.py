@@ -107,9 +107,9 @@ class BertologyElectraForPreTraining(ReplacedTokenDetectionPreTraining, ElectraP
     def generator_logits(self, input_ids, chosen, inputs) -> torch.Tensor:
         """The generator's `(M, V)` logits at the chosen tokens only (sparse, as the official
         `_get_masked_lm_output` gathers `masked_lm_positions`)."""
-        subset = subset_inputs(self.generator.electra, chosen.at, inputs=inputs)  # the chosen rows
+        subset = subset_inputs(self.generator.electra, chosen.at, inputs=inputs)  # (1, M, H_G): the chosen rows
         gen_hidden = self.generator.electra(input_ids, **inputs, **subset).last_hidden_state
-        gen_hidden = gen_hidden.flatten(0, 1).index_select(0, chosen.at)  # (M, H_G): the chosen tokens
+        gen_hidden = gen_hidden[0] if subset else gen_hidden.flatten(0, 1).index_select(0, chosen.at)  # (M, H_G)
         return self.generator.generator_lm_head(self.generator.generator_predictions(gen_hidden))  # (M, V)
 
     def rtd_logits(self, hidden_states, inputs) -> torch.Tensor:
