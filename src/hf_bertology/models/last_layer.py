@@ -1,10 +1,10 @@
 """The last encoder layer on the positions a loss reads only (flash-attn's BERT `last_layer_subset`, MLPerf BERT's
-`dense_seq_output`), exact: attention on every token, then everything else on those rows.
+`dense_seq_output`), exact: its attention module on every token, its feed-forward block on those rows.
 
 `install_subset` wraps the last layer's forward in place (ALBERT: its encoder, its one layer being shared; DeBERTa: its
 model, whose keywords do not reach its layers); the backbone, called with `last_layer_positions` (flat `(M,)` indices
-into the `(B, T)` batch), which transformers hands down to every layer, returns those rows in a `(B, T, H)` output,
-zero elsewhere. How, and where not: docs/internals.md.
+into the `(B, T)` batch), which transformers hands down to every layer, returns those rows as a `(1, M, H)`
+`last_hidden_state`, in that order. How, and where not: docs/internals.md.
 """
 
 from collections.abc import Callable

@@ -182,7 +182,7 @@ class MaskedLMPreTraining:
         states = outputs.last_hidden_state  # (B, T, H), or (1, M, H) with a subset
         out = {"hidden_states": outputs.hidden_states, "attentions": outputs.attentions}
         if subset:
-            rows = states[0]
+            rows = states.flatten(0, 1)  # (M, H): a view, whose gradient is one too
             target_states, first_states, _ = rows.split(sizes)
             if sizes[2]:  # SBO reads its boundaries from the batch's layout
                 states = scatter_rows(rows, subset[LAST_LAYER_KEY], labels.shape, repeats=True)

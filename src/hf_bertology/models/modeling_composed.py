@@ -254,7 +254,8 @@ class ComposedForPreTraining(MaskedLMPreTraining, ReplacedTokenDetectionPreTrain
         """The generator's `(M, V)` logits at the chosen tokens, through its family's MLM head."""
         subset = subset_inputs(self.generator.base_model, chosen.at, inputs=inputs)  # (1, M, H): the chosen rows
         states = self.generator.base_model(input_ids, **inputs, **subset).last_hidden_state
-        states = states[0] if subset else states.flatten(0, 1).index_select(0, chosen.at)  # (M, H)
+        states = states.flatten(0, 1)  # (M, H) the chosen rows with a subset, else (B * T, H)
+        states = states if subset else states.index_select(0, chosen.at)
         return MLM_HEADS[self.config.model_type](self.generator, states)
 
     def rtd_logits(self, hidden_states: torch.Tensor, inputs: dict) -> torch.Tensor:

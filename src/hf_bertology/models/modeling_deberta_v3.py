@@ -113,7 +113,8 @@ class BertologyDebertaV3ForPreTraining(ReplacedTokenDetectionPreTraining, Debert
         subset = subset_inputs(deberta, at, inputs=inputs)
         if deberta.config.position_biased_input:
             states = deberta(input_ids, **inputs, **subset).last_hidden_state
-            return states[0] if subset else states.flatten(0, 1).index_select(0, at)
+            states = states.flatten(0, 1)  # (M, H) with a subset, else (B * T, H)
+            return states if subset else states.index_select(0, at)
         if subset:  # the last layer's own output is never read under EMD: it does not run
             keys = deberta_below_last(deberta, input_ids, **inputs)[0]
         else:

@@ -109,7 +109,8 @@ class BertologyElectraForPreTraining(ReplacedTokenDetectionPreTraining, ElectraP
         `_get_masked_lm_output` gathers `masked_lm_positions`)."""
         subset = subset_inputs(self.generator.electra, chosen.at, inputs=inputs)  # (1, M, H_G): the chosen rows
         gen_hidden = self.generator.electra(input_ids, **inputs, **subset).last_hidden_state
-        gen_hidden = gen_hidden[0] if subset else gen_hidden.flatten(0, 1).index_select(0, chosen.at)  # (M, H_G)
+        gen_hidden = gen_hidden.flatten(0, 1)
+        gen_hidden = gen_hidden if subset else gen_hidden.index_select(0, chosen.at)  # (M, H_G)
         return self.generator.generator_lm_head(self.generator.generator_predictions(gen_hidden))  # (M, V)
 
     def rtd_logits(self, hidden_states, inputs) -> torch.Tensor:
