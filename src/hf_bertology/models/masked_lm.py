@@ -11,6 +11,8 @@ from collections.abc import Callable, Mapping
 import torch
 import torch.nn.functional as F
 
+from .last_layer import KEY as LAST_LAYER_KEY
+from .last_layer import install_subset, masked_lm_rows, scatter_rows
 from .outputs import BertologyForPreTrainingOutput, step_mean
 from .span_boundary import SpanTargets, span_boundary_loss
 
@@ -71,11 +73,13 @@ def pretraining_losses(
     num_items_in_batch,
     return_metrics: bool = True,
     return_logits: bool | None = None,
+    gathered: bool = False,
 ) -> dict:
     """BERT's and ALBERT's step: masked LM through `mlm_head` (`(logits or None, summed loss, predicted ids)`: BERT's
-    fuses the output layer with the loss) plus the sentence task of `key`, given labels; the output's fields."""
+    fuses the output layer with the loss) plus the sentence task of `key`, given labels; the output's fields.
+    `gathered`: `sequence_output` is already the `(M, H)` states of the labelled tokens (`last_layer`)."""
     at, targets = labelled(labels, target_positions)
-    states = sequence_output.flatten(0, 1).index_select(0, at)  # (M, H): the labelled tokens
+    states = sequence_output if gathered else sequence_output.flatten(0, 1).index_select(0, at)  # (M, H)
     # (M, V) logits (sparse prediction), or None where the loss is fused
     logits, mlm_sum, predicted_ids = mlm_head(states, targets, return_logits, return_metrics)
     # local counts only where used: without the Trainer's counts per objective, and for the accuracies
@@ -114,6 +118,10 @@ class MaskedLMPreTraining:
     sentence_key: str | None = None  # the sentence task's label: "next_sentence_label" or "sentence_order_label"
     sentence_logits_name: str | None = None  # its logits' output field
 
+    def post_init(self):
+        super().post_init()
+        install_subset(self.base_model)  # the last layer on the rows a loss reads (`last_layer`)
+
     def encode(self, input_ids, inputs: dict):
         return self.base_model(input_ids, return_dict=True, **inputs)
 
@@ -127,6 +135,10 @@ class MaskedLMPreTraining:
         return logits, loss, logits.argmax(-1) if with_argmax else None
 
     def sentence_logits(self, outputs, cu_seq_lens: torch.Tensor | None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def first_token_logits(self, first: torch.Tensor) -> torch.Tensor:
+        """NSP / SOP `(B, 2)` logits from each example's first-token `(B, H)` states (its pooler, its classifier)."""
         raise NotImplementedError
 
     def pretraining_step(
@@ -160,12 +172,26 @@ class MaskedLMPreTraining:
             examples apart, so the encoder gets no attention mask.
         """
         packed = is_packed(self.config, inputs)
-        outputs = self.encode(input_ids, {"attention_mask": None if packed else attention_mask, **inputs})
-        states = outputs.last_hidden_state  # (B, T, H)
+        reads_first = self.sentence_key is not None and (self.sentence_logits_name or sentence_label is not None)
+        # the last layer on the rows the losses read (`last_layer`): its output is then those rows, in `sizes` parts
+        subset, sizes = {}, None
+        if labels is not None:
+            sbo = (sbo_labels, sbo_boundaries, sbo_target_positions)
+            subset, sizes = masked_lm_rows(self.base_model, labels, target_positions, reads_first, sbo, inputs)
+        outputs = self.encode(input_ids, {"attention_mask": None if packed else attention_mask, **inputs, **subset})
+        states = outputs.last_hidden_state  # (B, T, H), or (1, M, H) with a subset
         out = {"hidden_states": outputs.hidden_states, "attentions": outputs.attentions}
+        if subset:
+            rows = states.flatten(0, 1)  # (M, H): a view, whose gradient is one too
+            target_states, first_states, _ = rows.split(sizes)
+            if sizes[2]:  # SBO reads its boundaries from the batch's layout
+                states = scatter_rows(rows, subset[LAST_LAYER_KEY], labels.shape, repeats=True)
         sentence_logits = None
-        if self.sentence_key is not None and (self.sentence_logits_name or sentence_label is not None):
-            sentence_logits = self.sentence_logits(outputs, inputs.get("cu_seq_lens_q"))  # (B, 2)
+        if reads_first:
+            cu_seq_lens = inputs.get("cu_seq_lens_q")
+            sentence_logits = (  # (B, 2)
+                self.first_token_logits(first_states) if subset else self.sentence_logits(outputs, cu_seq_lens)
+            )
             if self.sentence_logits_name:
                 out[self.sentence_logits_name] = sentence_logits
         if labels is None:
@@ -180,7 +206,7 @@ class MaskedLMPreTraining:
         else:
             losses = pretraining_losses(
                 self.mlm_head,
-                states,
+                target_states if subset else states,
                 labels,
                 target_positions,
                 sentence_logits,
@@ -189,6 +215,7 @@ class MaskedLMPreTraining:
                 num_items_in_batch,
                 return_metrics,
                 return_logits,
+                gathered=bool(subset),
             )
             out[self.logits_name] = losses.pop("prediction_logits")
         if sbo_labels is not None:

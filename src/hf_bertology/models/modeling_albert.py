@@ -41,11 +41,12 @@ class BertologyAlbertForPreTraining(MaskedLMPreTraining, AlbertPreTrainedModel):
         return self.predictions(states)
 
     def sentence_logits(self, outputs, cu_seq_lens):
-        pooled = outputs.pooler_output
         if cu_seq_lens is not None:  # the pooler on every example's [CLS], not only the row's first
-            first_tokens = outputs.last_hidden_state[0, cu_seq_lens[:-1].long()]  # (B, H)
-            pooled = self.albert.pooler_activation(self.albert.pooler(first_tokens))
-        return self.sop_classifier(pooled)  # (B, 2); class 1: swapped
+            return self.first_token_logits(outputs.last_hidden_state[0, cu_seq_lens[:-1].long()])
+        return self.sop_classifier(outputs.pooler_output)  # (B, 2); class 1: swapped
+
+    def first_token_logits(self, first):
+        return self.sop_classifier(self.albert.pooler_activation(self.albert.pooler(first)))  # (B, 2)
 
     def forward(self, input_ids=None, attention_mask=None, *, labels=None, sentence_order_label=None, **inputs):
         """Masked LM + sentence-order prediction (ALBERT §4.2); the arguments are `pretraining_step`'s."""

@@ -46,11 +46,13 @@ class BertologyBertForPreTraining(MaskedLMPreTraining, BertPreTrainedModel):
         return self.cls.predictions(states)
 
     def sentence_logits(self, outputs, cu_seq_lens):
-        pooled = outputs.pooler_output
         if cu_seq_lens is not None:  # the pooler on every example's [CLS], not only the row's first
-            pooler = self.bert.pooler
-            pooled = pooler.activation(pooler.dense(outputs.last_hidden_state[0, cu_seq_lens[:-1]]))
-        return self.cls.seq_relationship(pooled)  # (B, 2); class 1: B is random
+            return self.first_token_logits(outputs.last_hidden_state[0, cu_seq_lens[:-1]])
+        return self.cls.seq_relationship(outputs.pooler_output)  # (B, 2); class 1: B is random
+
+    def first_token_logits(self, first):
+        pooler = self.bert.pooler
+        return self.cls.seq_relationship(pooler.activation(pooler.dense(first)))  # (B, 2)
 
     def forward(self, input_ids=None, attention_mask=None, *, labels=None, next_sentence_label=None, **inputs):
         """Masked LM + next-sentence prediction (BERT §3.1); the arguments are `pretraining_step`'s."""

@@ -32,6 +32,7 @@ from transformers import (
 from transformers import initialization as init
 
 from .configuration_composed import COMPOSED_CONFIGS, generator_config
+from .last_layer import subset_inputs
 from .masked_lm import SENTENCE_TASKS, MaskedLMPreTraining, is_packed
 from .outputs import BertologyForPreTrainingOutput
 from .replaced_token_detection import (
@@ -233,6 +234,9 @@ class ComposedForPreTraining(MaskedLMPreTraining, ReplacedTokenDetectionPreTrain
     def sentence_logits(self, outputs, cu_seq_lens):
         states = outputs.last_hidden_state
         first = states[:, 0] if cu_seq_lens is None else states[0, cu_seq_lens[:-1].long()]  # each example's first
+        return self.first_token_logits(first)
+
+    def first_token_logits(self, first):
         return self.sentence_classifier(self._pool(first))  # (B, 2)
 
     def _pool(self, first: torch.Tensor) -> torch.Tensor:
@@ -248,8 +252,11 @@ class ComposedForPreTraining(MaskedLMPreTraining, ReplacedTokenDetectionPreTrain
 
     def generator_logits(self, input_ids, chosen, inputs) -> torch.Tensor:
         """The generator's `(M, V)` logits at the chosen tokens, through its family's MLM head."""
-        states = self.generator.base_model(input_ids, **inputs).last_hidden_state
-        return MLM_HEADS[self.config.model_type](self.generator, states.flatten(0, 1).index_select(0, chosen.at))
+        subset = subset_inputs(self.generator.base_model, chosen.at, inputs=inputs)  # (1, M, H): the chosen rows
+        states = self.generator.base_model(input_ids, **inputs, **subset).last_hidden_state
+        states = states.flatten(0, 1)  # (M, H) the chosen rows with a subset, else (B * T, H)
+        states = states if subset else states.index_select(0, chosen.at)
+        return MLM_HEADS[self.config.model_type](self.generator, states)
 
     def gradient_clipping_groups(self) -> list[list[nn.Parameter]] | None:
         """DeBERTa-v3's objective clips each network's gradient norm apart, as its decoupled training (one optimizer

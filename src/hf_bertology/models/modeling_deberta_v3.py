@@ -13,6 +13,7 @@ from torch import nn
 from transformers import DebertaV2ForMaskedLM, DebertaV2Model, DebertaV2PreTrainedModel
 
 from .configuration_deberta_v3 import BertologyDebertaV3Config, generator_config
+from .last_layer import deberta_below_last, deberta_rows, scatter_rows, subset_inputs
 from .replaced_token_detection import (
     POSITION_TABLE,
     ClsReplacedTokenDetectionHead,
@@ -27,26 +28,35 @@ WORD_EMBEDDINGS = "embeddings.word_embeddings.weight"
 
 
 def enhanced_mask_decoder(
-    deberta: DebertaV2Model, hidden_states: tuple, attention_mask: torch.Tensor | None, positions: torch.Tensor
+    deberta: DebertaV2Model,
+    keys: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    positions: torch.Tensor,
+    at: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """EMD (paper DeBERTa §3.2; official `EnhancedMaskDecoder.emd_context_layer`, `masked_language_model.py:51-82`).
 
-    `hidden_states`: every layer's output (`output_hidden_states=True`); `positions`: `(B, T, H)` absolute position
-    embeddings. The last layer is applied twice more (`range(2)`, line 61), keys and values the input of that layer
-    (`encoder_layers[-2]`, line 59), the first query that input plus the positions (line 62), the next the previous
-    output (line 71). Returns `(B, T, H)`; the caller gathers the chosen tokens (line 76).
+    `keys`: the input of the last layer (`encoder_layers[-2]`, line 59), its keys and values; `positions`: `(B, T, H)`
+    absolute position embeddings. The last layer is applied twice more (`range(2)`, line 61), the first query the keys
+    plus the positions (line 62), the next the previous output (line 71). Returns `(B, T, H)`; the caller gathers the
+    chosen tokens (line 76). `at`: the chosen tokens' flat positions; each pass's feed-forward block then runs on those
+    rows only (`last_layer.deberta_rows`; a query's output depends on its own query alone), and the `(M, H)` rows are
+    returned.
     """
     encoder = deberta.encoder
-    keys = hidden_states[-2]  # (B, T, H): the input of the last layer
     mask = torch.ones(keys.shape[:2], device=keys.device) if attention_mask is None else attention_mask
     mask = encoder.get_attention_mask(mask)  # (B, 1, T, T)
     relative_pos = encoder.get_rel_pos(keys)
     rel_embeddings = encoder.get_rel_embedding()
     query = positions + keys
-    for _ in range(2):
-        query = encoder.layer[-1](
-            keys, mask, query_states=query, relative_pos=relative_pos, rel_embeddings=rel_embeddings
-        )[0]
+    for step in range(2):
+        if at is None:
+            query = encoder.layer[-1](
+                keys, mask, query_states=query, relative_pos=relative_pos, rel_embeddings=rel_embeddings
+            )[0]
+        else:
+            rows = deberta_rows(encoder.layer[-1], keys, at, mask, query, relative_pos, rel_embeddings)  # (M, H)
+            query = rows if step == 1 else scatter_rows(rows, at, keys.shape[:-1])  # the next pass's queries
     return query
 
 
@@ -95,25 +105,32 @@ class BertologyDebertaV3ForPreTraining(ReplacedTokenDetectionPreTraining, Debert
         in_generator = {id(p) for p in generator}
         return [generator, [p for p in self.parameters() if p.requires_grad and id(p) not in in_generator]]
 
-    def _generator_states(self, outputs, input_ids, attention_mask, position_ids) -> torch.Tensor:
-        """`(B, T, H)` states the generator's head reads: EMD's where the input carries no absolute positions
-        (officially only then, `masked_language_model.py:60,73-74`), else the last layer's."""
-        generator = self.generator.deberta
-        if generator.config.position_biased_input:
-            return outputs.last_hidden_state
+    def _generator_states(self, input_ids, at, inputs) -> torch.Tensor:
+        """`(M, H)` states the generator's head reads at the chosen tokens (`at`): EMD's where the input carries no
+        absolute positions (officially only then, `masked_language_model.py:60,73-74`), else the last layer's; where
+        the last layer runs on a subset (`last_layer`), on the chosen rows only."""
+        deberta = self.generator.deberta
+        subset = subset_inputs(deberta, at, inputs=inputs)
+        if deberta.config.position_biased_input:
+            states = deberta(input_ids, **inputs, **subset).last_hidden_state
+            states = states.flatten(0, 1)  # (M, H) with a subset, else (B * T, H)
+            return states if subset else states.index_select(0, at)
+        if subset:  # the last layer's own output is never read under EMD: it does not run
+            keys = deberta_below_last(deberta, input_ids, **inputs)[0]
+        else:
+            keys = deberta(input_ids, **{**inputs, "output_hidden_states": True}).hidden_states[-2]
+        position_ids = inputs["position_ids"]
         if position_ids is None:
             position_ids = torch.arange(input_ids.shape[1], device=input_ids.device)[None]  # (1, T)
-        positions = generator.embeddings.position_embeddings(position_ids.long())  # z_states, raw (`bert.py:253`)
-        return enhanced_mask_decoder(generator, outputs.hidden_states, attention_mask, positions)
+        positions = deberta.embeddings.position_embeddings(position_ids.long())  # z_states, raw (`bert.py:253`)
+        states = enhanced_mask_decoder(deberta, keys, inputs["attention_mask"], positions, at if subset else None)
+        return states if subset else states.flatten(0, 1).index_select(0, at)
 
     # -- the paper's parts (§3); the step is `ReplacedTokenDetectionPreTraining`'s ---------------------------------
     def generator_logits(self, input_ids, chosen, inputs) -> torch.Tensor:
         """The generator's `(M, V)` logits at the chosen tokens only, through EMD where it applies."""
-        generator = self.generator
-        outputs = generator.deberta(input_ids, **{**inputs, "output_hidden_states": True})
-        states = self._generator_states(outputs, input_ids, inputs["attention_mask"], inputs["position_ids"])
-        states = states.flatten(0, 1).index_select(0, chosen.at)  # (M, H): the chosen tokens
-        return generator.lm_predictions(states, generator.deberta.embeddings.word_embeddings)  # (M, V)
+        states = self._generator_states(input_ids, chosen.at, inputs)  # (M, H): the chosen tokens
+        return self.generator.lm_predictions(states, self.generator.deberta.embeddings.word_embeddings)  # (M, V)
 
     def rtd_logits(self, hidden_states, inputs) -> torch.Tensor:
         return self.mask_predictions(hidden_states)  # (B, T): every token read with its row's [CLS]

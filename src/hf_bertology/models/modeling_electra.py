@@ -14,6 +14,7 @@ from transformers import initialization as init
 from transformers.models.electra.modeling_electra import ElectraDiscriminatorPredictions
 
 from .configuration_electra import BertologyElectraConfig, generator_config
+from .last_layer import subset_inputs
 from .replaced_token_detection import ReplacedTokenDetectionPreTraining, binary_auc, rtd_accuracies
 
 # Parameters the two networks share (paper §3.2 "tie token embeddings"; official: shared `electra/embeddings`).
@@ -106,8 +107,10 @@ class BertologyElectraForPreTraining(ReplacedTokenDetectionPreTraining, ElectraP
     def generator_logits(self, input_ids, chosen, inputs) -> torch.Tensor:
         """The generator's `(M, V)` logits at the chosen tokens only (sparse, as the official
         `_get_masked_lm_output` gathers `masked_lm_positions`)."""
-        gen_hidden = self.generator.electra(input_ids, **inputs).last_hidden_state
-        gen_hidden = gen_hidden.flatten(0, 1).index_select(0, chosen.at)  # (M, H_G): the chosen tokens
+        subset = subset_inputs(self.generator.electra, chosen.at, inputs=inputs)  # (1, M, H_G): the chosen rows
+        gen_hidden = self.generator.electra(input_ids, **inputs, **subset).last_hidden_state
+        gen_hidden = gen_hidden.flatten(0, 1)
+        gen_hidden = gen_hidden if subset else gen_hidden.index_select(0, chosen.at)  # (M, H_G)
         return self.generator.generator_lm_head(self.generator.generator_predictions(gen_hidden))  # (M, V)
 
     def rtd_logits(self, hidden_states, inputs) -> torch.Tensor:

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .last_layer import install_subset
 from .masked_lm import is_packed
 from .outputs import BertologyForPreTrainingOutput, step_mean
 from .span_boundary import activation, layer_norm_eps
@@ -277,6 +278,10 @@ class ReplacedTokenDetectionPreTraining:
     logits_name = "prediction_logits"  # the output field of the generator's logits
     returns_fake_data = True  # the output also holds the discriminator's input and labels
     training_stage = "joint"  # ELECTRA's two-stage training: "generator", then "discriminator" (§3.2)
+
+    def post_init(self):
+        super().post_init()
+        install_subset(getattr(getattr(self, "generator", None), "base_model", None))  # its MLM reads a subset
 
     def backbone_inputs(self, attention_mask, token_type_ids, position_ids, kwargs: dict) -> dict:
         """What both encoders take besides the ids; a padding-free batch drops the mask (its boundaries keep the

@@ -72,6 +72,13 @@ class ModelArguments:
     tokenizer_train_samples: int | None = field(
         default=None, metadata={"help": "Train the tokenizer on at most this many documents (default: all)."}
     )
+    low_precision_layernorm: bool = field(
+        default=False,
+        metadata={
+            "help": "Under --bf16 / --fp16, LayerNorm runs in that dtype, so the residual stream stays in it "
+            "(MosaicBERT's low-precision LayerNorm); off until measured faster on a GPU (docs/speed.md)."
+        },
+    )
 
 
 @dataclass

@@ -24,6 +24,7 @@ from .batch_warmup import use_batch_size_warmup
 from .batches import configure_batches
 from .checkpoints import run_lock
 from .corpora import build_datasets, load_corpora
+from .low_precision import use_low_precision_layernorm
 from .outputs import write_outputs
 from .phases import continue_phase
 from .resume import already_finished, check_output_dir, check_resume, resolve_resume
@@ -76,6 +77,8 @@ def run_pretraining(
         recipe = settle_recipe(recipe, tokenizer, data_args, model_args)  # the run's values: later steps read them
         collator = recipe.build_collator(tokenizer)  # fails early on a tokenizer without a mask token
         model = build_model(recipe, model_args)
+        if model_args.low_precision_layernorm:
+            use_low_precision_layernorm(model)
         model, collator = configure_batches(recipe, model, collator, model_args, data_args)
         train_dataset, eval_dataset = build_datasets(corpus, eval_corpus, tokenizer, recipe, data_args, training_args)
         trainer, push_args = build_trainer(
