@@ -15,6 +15,7 @@ from transformers.trainer_utils import IntervalStrategy
 import hf_bertology as hb
 from hf_bertology.models import fused_cross_entropy as fce
 from hf_bertology.models.configuration_electra import BertologyElectraConfig
+from hf_bertology.models.lm_loss import language_model_loss
 from hf_bertology.models.modeling_electra import BertologyElectraForPreTraining
 from hf_bertology.training.trainer import BertologyTrainer
 
@@ -39,16 +40,18 @@ def _grads(hidden, decoder):
     return grads
 
 
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
 @pytest.mark.parametrize("rows_per_chunk", [1, 8, 37, 100])
-def test_chunked_loss_and_gradients_equal_unfused(rows_per_chunk):
+def test_chunked_loss_and_gradients_equal_unfused(rows_per_chunk, smoothing):
     """Summed loss and every gradient equal the unfused `cross_entropy(linear(h))` within 1e-5 (fp32), whether the
-    chunks divide the targets or not; the argmax is the unfused logits'."""
+    chunks divide the targets or not, label smoothing included (exact, not bypassed); the argmax is the unfused
+    logits'."""
     hidden, decoder, targets = _problem()
-    reference = F.cross_entropy(decoder(hidden), targets, reduction="sum")
+    reference = F.cross_entropy(decoder(hidden), targets, reduction="sum", label_smoothing=smoothing)
     (reference / 7).backward()  # a denominator, as the models divide by the step's count
     expected = _grads(hidden, decoder)
-    loss, argmax = fce.ChunkedLinearCrossEntropy.apply(
-        hidden, decoder.weight, decoder.bias, targets, rows_per_chunk, True
+    loss, argmax = fce.ChunkedLinearLoss.apply(
+        hidden, decoder.weight, decoder.bias, targets, rows_per_chunk, True, language_model_loss, smoothing
     )
     (loss / 7).backward()
     assert abs(loss.item() - reference.item()) <= 1e-5 * abs(reference.item())
@@ -62,7 +65,9 @@ def test_chunked_is_exact_in_float64_and_skips_frozen_weights():
     decoder.weight.requires_grad_(False)
     (F.cross_entropy(decoder(hidden), targets, reduction="sum") * 3).backward()
     expected = _grads(hidden, decoder)
-    loss, argmax = fce.ChunkedLinearCrossEntropy.apply(hidden, decoder.weight, decoder.bias, targets, 8, False)
+    loss, argmax = fce.ChunkedLinearLoss.apply(
+        hidden, decoder.weight, decoder.bias, targets, 8, False, language_model_loss, 0.0
+    )
     (loss * 3).backward()
     got = _grads(hidden, decoder)
     assert argmax.numel() == 0 and got[1] is None

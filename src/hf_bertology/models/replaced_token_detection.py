@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .lm_loss import LanguageModelLoss
 from .masked_lm import is_packed
 from .outputs import BertologyForPreTrainingOutput, step_mean
 from .span_boundary import activation, layer_norm_eps
@@ -261,7 +262,7 @@ def discriminate(model: nn.Module, input_ids: torch.Tensor, **inputs):
     return torch.func.functional_call(model.base_model, {POSITION_TABLE: positions}, (), call)
 
 
-class ReplacedTokenDetectionPreTraining:
+class ReplacedTokenDetectionPreTraining(LanguageModelLoss):
     """The step of every model with two networks, mixed in before the family's `PreTrainedModel` (ELECTRA §2,
     DeBERTa-v3 §3, the RTD cells): the generator's masked LM on the chosen tokens, a sample at every one of them
     (`fake_data`), the discriminator on the result (`rtd_loss`); `loss = w_G * mlm + w_D * rtd`.
@@ -333,7 +334,7 @@ class ReplacedTokenDetectionPreTraining:
         frozen_generator = self.training_stage == "discriminator"
         with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen_generator):
             prediction_logits = self.generator_logits(input_ids, chosen, inputs)  # (M, V)
-        mlm_sum = F.cross_entropy(prediction_logits.float(), chosen.targets, reduction="sum")
+        mlm_sum = self.lm_loss_sum(prediction_logits, chosen.targets)  # the language-model loss (`lm_loss`)
         mlm_loss = mlm_sum / step_mean(num_items_in_batch, "labels", chosen.count, chosen.count)
         out = {self.logits_name: prediction_logits, "mlm_loss": mlm_loss}
         if self.training_stage == "generator":
