@@ -230,33 +230,6 @@ def test_keyed_noise_is_the_top_24_bits_of_splitmix64():
     assert np.array_equal(keyed_uniform(keys, 37).double().numpy(), expected)
 
 
-@pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_gumbel_sample_is_the_textbook_gumbel_max(temperature):
-    """`gumbel_sample` builds the noise in place and takes an argmin of its negation (one operation fewer): the
-    samples are exactly argmax(logits + T * (-log(-log(U + 1e-9) + 1e-9))) on the same uniforms."""
-    from hf_bertology.models.replaced_token_detection import gumbel_sample, keyed_uniform
-
-    g = torch.Generator().manual_seed(0)
-    keys = torch.randint(-(2**62), 2**62, (500,), generator=g)
-    logits = torch.randn(500, 64, generator=g) * 3
-    logits[:, 5] = logits[:, 4]  # ties
-    gumbel = -torch.log(-torch.log(keyed_uniform(keys, 64) + 1e-9) + 1e-9)
-    assert torch.equal(gumbel_sample(logits, temperature, keys), (logits + temperature * gumbel).argmax(-1))
-
-
-def test_gumbel_sample_in_blocks_and_with_a_gradient_is_row_by_row():
-    """Past 1,024 rows the keyed noise is hashed in blocks (memory), below in one call (no split, no cat); a row's
-    sample depends only on its key and logits either way, and logits with a gradient are detached, not changed."""
-    from hf_bertology.models.replaced_token_detection import gumbel_sample
-
-    g = torch.Generator().manual_seed(1)
-    keys = torch.randint(-(2**62), 2**62, (1500,), generator=g)
-    logits = torch.randn(1500, 40, generator=g) * 3
-    whole = gumbel_sample(logits.clone().requires_grad_(), 0.7, keys)  # 2 blocks
-    rows = torch.cat([gumbel_sample(logits[i : i + 500], 0.7, keys[i : i + 500]) for i in (0, 500, 1000)])
-    assert torch.equal(whole, rows)
-
-
 def test_pretrain_computes_accuracies_at_logged_steps_only(tmp_path, corpus_file, monkeypatch):
     """Through `bertology pretrain` (4 steps, logging every 2): the forward is asked for metrics at steps 2 and 4
     only, and both logs carry the losses and the accuracies."""

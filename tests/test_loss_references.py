@@ -118,12 +118,12 @@ def run(model, batch: dict) -> tuple[object, dict]:
 
     An untrained generator over 300 tokens almost never samples the original token, so "replaced" would equal
     "chosen" and a model labelling every chosen token replaced would pass: every other sample is set to the
-    original token here (the model uses what `gumbel_sample` returns)."""
+    original token here (the model uses what `sample_tokens` returns)."""
     seen: dict = {}
     targets = batch["labels"][batch["labels"].ne(-100)]  # (M,) in the row-major order the models sample in
-    # every RTD step samples through `replaced_token_detection.fake_data`, which calls this module's `gumbel_sample`
+    # every RTD step samples through `replaced_token_detection.fake_data`, which calls this module's `sample_tokens`
     module = sys.modules["hf_bertology.models.replaced_token_detection"]
-    original = getattr(module, "gumbel_sample", None)
+    original = getattr(module, "sample_tokens", None)
     hooks = []
     for attr in ("sentence_classifier", "sbo"):
         if isinstance(getattr(model, attr, None), torch.nn.Module):
@@ -139,12 +139,12 @@ def run(model, batch: dict) -> tuple[object, dict]:
 
     try:
         if original is not None:
-            module.gumbel_sample = recording
+            module.sample_tokens = recording
         torch.manual_seed(7)
         output = model(**batch)
     finally:
         if original is not None:
-            module.gumbel_sample = original
+            module.sample_tokens = original
         for hook in hooks:
             hook.remove()
     return output, seen

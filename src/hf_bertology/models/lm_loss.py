@@ -19,7 +19,7 @@ def language_model_loss(logits: torch.Tensor, targets: torch.Tensor, label_smoot
     torch's `cross_entropy` with `label_smoothing`, the value of transformers' `LabelSmoother`
     (`trainer_pt_utils.py`); eps = 0 is the plain cross-entropy (BERT §3.1, `run_pretraining.py`). fp32 at least
     (half-precision logits are raised; float64 stays)."""
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    logits = logits if logits.dtype == torch.float64 else logits.float()
     return F.cross_entropy(logits, targets, reduction="sum", label_smoothing=label_smoothing)
 
 
