@@ -6,7 +6,9 @@ log-likelihood of the labelled tokens, RTD the mean binary cross-entropy over th
 "replaced" = the sampled token differs from the original, a sentence task the mean cross-entropy over the examples,
 and the total is the documented weighted sum. Each family and composed cell runs on a real collator's padded batch
 (with no counts: the evaluation path) and on its padding-free form where the encoder packs. Label smoothing in a
-cross-entropy, padding counted in RTD or its denominator, or a composed cell dropping a loss term fails here.
+cross-entropy, padding counted in RTD or its denominator, or a composed cell dropping a loss term fails here. Every
+logged diagnostic (accuracies, RTD's share replaced, AUC, precision, recall) is checked the same way, over the real
+tokens only, and every RTD model logs the same ones.
 """
 
 from __future__ import annotations
@@ -197,6 +199,50 @@ def references(model, batch: dict, output, seen: dict, objective: str, smoothing
     return ref
 
 
+def metric_references(batch: dict, output, seen: dict) -> dict[str, torch.Tensor]:
+    """Every logged diagnostic over the real tokens only, from logits and labels: the accuracies of each head, and
+    for RTD the discriminator's accuracy, the share replaced, the samples' accuracy and the official `disc_auc`,
+    `disc_precision`, `disc_recall` (sklearn's AUC; "replaced" at logit > 0)."""
+    from sklearn.metrics import roc_auc_score
+
+    labels = batch["labels"]
+    chosen = labels.ne(-100)
+    ref: dict[str, torch.Tensor] = {}
+
+    def accuracy(logits, targets):
+        return (logits.argmax(-1) == targets).double().mean()
+
+    lm_logits = output.prediction_logits if getattr(output, "prediction_logits", None) is not None else output.logits
+    ref["plm_accuracy" if getattr(output, "plm_loss", None) is not None else "mlm_accuracy"] = accuracy(
+        lm_logits, labels[chosen]
+    )
+    if "sbo_labels" in batch:
+        sbo = batch["sbo_labels"]
+        logits = output.sbo_logits if getattr(output, "sbo_logits", None) is not None else seen["sbo"]
+        ref["sbo_accuracy"] = accuracy(logits, sbo[sbo.ne(-100)])
+    for key, task in (("next_sentence_label", "nsp"), ("sentence_order_label", "sop")):
+        if key in batch:
+            logits = getattr(output, "seq_relationship_logits", None)
+            logits = logits if logits is not None else getattr(output, "sop_logits", None)
+            logits = logits if logits is not None else seen["sentence_classifier"]
+            ref[f"{task}_accuracy"] = accuracy(logits, batch[key])
+    if "sampled" in seen:
+        real = batch["attention_mask"].bool()
+        original = torch.where(chosen, labels, batch["input_ids"])
+        replaced = original.clone()
+        replaced[chosen] = seen["sampled"]
+        is_replaced = (replaced != original)[real]
+        scores = output.rtd_logits.detach()[real]
+        predicted = scores > 0
+        ref["sampled_accuracy"] = (seen["sampled"] == labels[chosen]).double().mean()
+        ref["rtd_accuracy"] = (predicted == is_replaced).double().mean()
+        ref["replaced_fraction"] = is_replaced.double().mean()
+        ref["disc_auc"] = torch.tensor(roc_auc_score(is_replaced.numpy(), scores.double().numpy()), dtype=torch.double)
+        ref["disc_precision"] = (predicted & is_replaced).double().sum() / predicted.sum()
+        ref["disc_recall"] = (predicted & is_replaced).double().sum() / is_replaced.sum()
+    return ref
+
+
 def check(model, batch: dict, name: str, smoothing: float = 0.0) -> None:
     model.label_smoothing = smoothing  # what `BertologyTrainer` sets from --label_smoothing_factor
     output, seen = run(model, batch)
@@ -205,6 +251,12 @@ def check(model, batch: dict, name: str, smoothing: float = 0.0) -> None:
     assert set(ref) - {"loss"} == {k for k in ref if getattr(output, k, None) is not None} - {"loss"}
     for key, value in ref.items():
         torch.testing.assert_close(getattr(output, key).double(), value, rtol=1e-5, atol=1e-6, msg=key)
+    # every other scalar the model logs is a diagnostic, and each equals its value over the real tokens
+    metrics = metric_references(batch, output, seen)
+    logged = {k for k, v in output.items() if torch.is_tensor(v) and v.dim() == 0 and not k.endswith("loss")}
+    assert logged == set(metrics), (logged, set(metrics))
+    for key, value in metrics.items():
+        torch.testing.assert_close(output[key].double(), value, rtol=1e-5, atol=1e-6, equal_nan=True, msg=key)
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
@@ -248,3 +300,14 @@ def test_stock_trainer_count_weights_nsp_by_the_share_of_masked_tokens(corpus):
     torch.testing.assert_close(output.mlm_loss.double(), mlm, rtol=1e-5, atol=1e-7)
     torch.testing.assert_close(output.nsp_loss.double(), nsp, rtol=1e-5, atol=1e-7)
     torch.testing.assert_close(output.loss.double(), mlm + nsp, rtol=1e-5, atol=1e-7)
+
+
+def test_every_rtd_model_returns_the_same_fields_and_diagnostics(corpus):
+    """ELECTRA, DeBERTa-v3 and the RTD cells: one output contract (the same fields under the same names, the
+    generator's logits as `prediction_logits`, the discriminator's input and labels) and the same diagnostics."""
+    fields = {}
+    for name in ("electra-tiny", "deberta-v3-tiny", "electra-tiny@bert", "deberta-v3-tiny@roberta"):
+        model, _, batch = setup(name, corpus)
+        fields[name] = frozenset(model(**batch).keys())
+    assert len(set(fields.values())) == 1, fields
+    assert {"prediction_logits", "replaced_input_ids", "rtd_labels", "disc_auc", "sampled_accuracy"} <= fields[name]

@@ -140,14 +140,22 @@ def rtd_loss(rtd_logits, rtd_labels, chosen: Chosen, num_items_in_batch) -> torc
 
 
 @torch.no_grad()
-def rtd_accuracies(prediction_logits, rtd_logits, rtd_labels, chosen: Chosen) -> dict:
-    """The generator's and the discriminator's accuracies, and the share of real tokens replaced."""
+def rtd_diagnostics(prediction_logits, sampled, rtd_logits, rtd_labels, chosen: Chosen) -> dict:
+    """Every RTD model's diagnostics, over the real tokens (no gradient, no host sync): the generator's accuracy
+    and its samples' (`sampled_accuracy`), the discriminator's accuracy, the share of real tokens replaced, and the
+    official ELECTRA `metric_fn`'s `disc_auc`, `disc_precision`, `disc_recall` ("replaced" at logit > 0; 0 / 0 =
+    NaN: undefined, not 0)."""
     real, n_real = chosen.real, chosen.n_real
     predicted = (rtd_logits > 0) & real
+    true_positives = (predicted & rtd_labels).sum()
     return {
         "mlm_accuracy": (prediction_logits.argmax(-1) == chosen.targets).sum() / chosen.count,
+        "sampled_accuracy": (sampled == chosen.targets).sum() / chosen.count,
         "rtd_accuracy": ((predicted == rtd_labels) & real).sum() / n_real,
         "replaced_fraction": rtd_labels.sum() / n_real,
+        "disc_auc": binary_auc(rtd_logits, rtd_labels, real),
+        "disc_precision": true_positives / predicted.sum(),
+        "disc_recall": true_positives / rtd_labels.sum(),
     }
 
 
@@ -269,15 +277,14 @@ class ReplacedTokenDetectionPreTraining(LanguageModelLoss):
     (`fake_data`), the discriminator on the result (`rtd_loss`); `loss = w_G * mlm + w_D * rtd`.
 
     A model names its parts: `generator` and the discriminator's encoder (`base_model`), `generator_logits` (the
-    generator's head on the chosen tokens), `rtd_logits` (the discriminator's head); `discriminate` shares the
+    generator's head on the chosen tokens), `rtd_logits` (the discriminator's head); the diagnostics are the same
+    for every model (`rtd_diagnostics`); `discriminate` shares the
     embeddings as its config says (GDES through `add_gdes`, ES by tied tables).
     """
 
     accepts_loss_kwargs = True  # each loss is normalised by its `num_items_in_batch` count (`outputs.step_mean`)
     _auto_class = "AutoModelForPreTraining"
     takes_return_metrics = True  # `BertologyTrainer` asks for the metrics at the steps it logs only
-    logits_name = "prediction_logits"  # the output field of the generator's logits
-    returns_fake_data = True  # the output also holds the discriminator's input and labels
     training_stage = "joint"  # ELECTRA's two-stage training: "generator", then "discriminator" (§3.2)
 
     def backbone_inputs(self, attention_mask, token_type_ids, position_ids, kwargs: dict) -> dict:
@@ -292,9 +299,6 @@ class ReplacedTokenDetectionPreTraining(LanguageModelLoss):
 
     def gdes_pairs(self) -> list[tuple[nn.Parameter, nn.Parameter, nn.Parameter]]:
         return gdes_pairs(self)
-
-    def rtd_metrics(self, prediction_logits, sampled, rtd_logits, rtd_labels, chosen: Chosen) -> dict:
-        return rtd_accuracies(prediction_logits, rtd_logits, rtd_labels, chosen)
 
     def replaced_token_detection_step(
         self,
@@ -337,7 +341,9 @@ class ReplacedTokenDetectionPreTraining(LanguageModelLoss):
             prediction_logits = self.generator_logits(input_ids, chosen, inputs)  # (M, V)
         mlm_sum = self.lm_loss_sum(prediction_logits, chosen.targets)  # the language-model loss (`lm_loss`)
         mlm_loss = mlm_sum / step_mean(num_items_in_batch, "labels", chosen.count, chosen.count)
-        out = {self.logits_name: prediction_logits, "mlm_loss": mlm_loss}
+        # one output contract for every RTD model (the generator's logits are `prediction_logits`), whichever step
+        # mixin a composed cell also has
+        out = {"prediction_logits": prediction_logits, "mlm_loss": mlm_loss}
         if self.training_stage == "generator":
             accuracy = (
                 (prediction_logits.argmax(-1) == chosen.targets).sum() / chosen.count if return_metrics else None
@@ -360,9 +366,8 @@ class ReplacedTokenDetectionPreTraining(LanguageModelLoss):
         if not frozen_generator:  # (a weight of 1, the papers', multiplies nothing: one operation fewer)
             loss = loss + (mlm_loss if config.generator_weight == 1.0 else config.generator_weight * mlm_loss)
         if return_metrics:
-            out.update(self.rtd_metrics(prediction_logits, sampled, rtd_logits, rtd_labels, chosen))
-        if self.returns_fake_data:
-            out.update(replaced_input_ids=replaced_input_ids, rtd_labels=rtd_labels.long())
+            out.update(rtd_diagnostics(prediction_logits, sampled, rtd_logits, rtd_labels, chosen))
+        out.update(replaced_input_ids=replaced_input_ids, rtd_labels=rtd_labels.long())
         return BertologyForPreTrainingOutput(
             loss=loss,
             rtd_logits=rtd_logits,
