@@ -218,14 +218,14 @@ def test_discriminator_auc_precision_recall_over_real_tokens():
 
 
 def test_sampling_follows_the_generator_softmax():
-    """Gumbel-max draws from softmax(logits): a peaked distribution is sampled (nearly) always at its mode."""
-    from hf_bertology.models.replaced_token_detection import gumbel_sample
+    """Inverse-CDF draws from softmax(logits): a peaked distribution is sampled (nearly) always at its mode."""
+    from hf_bertology.models.replaced_token_detection import sample_tokens
 
     torch.manual_seed(0)
     logits = torch.tensor([[0.0, 1.0, 2.0]]).expand(60_000, 3)
-    counts = torch.bincount(gumbel_sample(logits), minlength=3).float() / 60_000
+    counts = torch.bincount(sample_tokens(logits), minlength=3).float() / 60_000
     assert torch.allclose(counts, torch.softmax(logits[0], -1), atol=0.01)
-    assert gumbel_sample(logits.half()).dtype == torch.long
+    assert sample_tokens(logits.half()).dtype == torch.long
 
 
 def test_gradients_are_isolated():

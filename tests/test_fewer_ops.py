@@ -15,6 +15,7 @@ from transformers.trainer_utils import IntervalStrategy
 import hf_bertology as hb
 from hf_bertology.models import fused_cross_entropy as fce
 from hf_bertology.models.configuration_electra import BertologyElectraConfig
+from hf_bertology.models.lm_loss import language_model_loss
 from hf_bertology.models.modeling_electra import BertologyElectraForPreTraining
 from hf_bertology.training.trainer import BertologyTrainer
 
@@ -39,16 +40,18 @@ def _grads(hidden, decoder):
     return grads
 
 
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
 @pytest.mark.parametrize("rows_per_chunk", [1, 8, 37, 100])
-def test_chunked_loss_and_gradients_equal_unfused(rows_per_chunk):
+def test_chunked_loss_and_gradients_equal_unfused(rows_per_chunk, smoothing):
     """Summed loss and every gradient equal the unfused `cross_entropy(linear(h))` within 1e-5 (fp32), whether the
-    chunks divide the targets or not; the argmax is the unfused logits'."""
+    chunks divide the targets or not, label smoothing included (exact, not bypassed); the argmax is the unfused
+    logits'."""
     hidden, decoder, targets = _problem()
-    reference = F.cross_entropy(decoder(hidden), targets, reduction="sum")
+    reference = F.cross_entropy(decoder(hidden), targets, reduction="sum", label_smoothing=smoothing)
     (reference / 7).backward()  # a denominator, as the models divide by the step's count
     expected = _grads(hidden, decoder)
-    loss, argmax = fce.ChunkedLinearCrossEntropy.apply(
-        hidden, decoder.weight, decoder.bias, targets, rows_per_chunk, True
+    loss, argmax = fce.ChunkedLinearLoss.apply(
+        hidden, decoder.weight, decoder.bias, targets, rows_per_chunk, True, language_model_loss, smoothing
     )
     (loss / 7).backward()
     assert abs(loss.item() - reference.item()) <= 1e-5 * abs(reference.item())
@@ -62,7 +65,9 @@ def test_chunked_is_exact_in_float64_and_skips_frozen_weights():
     decoder.weight.requires_grad_(False)
     (F.cross_entropy(decoder(hidden), targets, reduction="sum") * 3).backward()
     expected = _grads(hidden, decoder)
-    loss, argmax = fce.ChunkedLinearCrossEntropy.apply(hidden, decoder.weight, decoder.bias, targets, 8, False)
+    loss, argmax = fce.ChunkedLinearLoss.apply(
+        hidden, decoder.weight, decoder.bias, targets, 8, False, language_model_loss, 0.0
+    )
     (loss * 3).backward()
     got = _grads(hidden, decoder)
     assert argmax.numel() == 0 and got[1] is None
@@ -223,33 +228,6 @@ def test_keyed_noise_is_the_top_24_bits_of_splitmix64():
         counters = keys.numpy().view(np.uint64)[:, None] + np.arange(1, 38, dtype=np.uint64) * _GOLDEN
         expected = (_mix64(counters) >> np.uint64(40)).astype(np.float64) * 2.0**-24
     assert np.array_equal(keyed_uniform(keys, 37).double().numpy(), expected)
-
-
-@pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_gumbel_sample_is_the_textbook_gumbel_max(temperature):
-    """`gumbel_sample` builds the noise in place and takes an argmin of its negation (one operation fewer): the
-    samples are exactly argmax(logits + T * (-log(-log(U + 1e-9) + 1e-9))) on the same uniforms."""
-    from hf_bertology.models.replaced_token_detection import gumbel_sample, keyed_uniform
-
-    g = torch.Generator().manual_seed(0)
-    keys = torch.randint(-(2**62), 2**62, (500,), generator=g)
-    logits = torch.randn(500, 64, generator=g) * 3
-    logits[:, 5] = logits[:, 4]  # ties
-    gumbel = -torch.log(-torch.log(keyed_uniform(keys, 64) + 1e-9) + 1e-9)
-    assert torch.equal(gumbel_sample(logits, temperature, keys), (logits + temperature * gumbel).argmax(-1))
-
-
-def test_gumbel_sample_in_blocks_and_with_a_gradient_is_row_by_row():
-    """Past 1,024 rows the keyed noise is hashed in blocks (memory), below in one call (no split, no cat); a row's
-    sample depends only on its key and logits either way, and logits with a gradient are detached, not changed."""
-    from hf_bertology.models.replaced_token_detection import gumbel_sample
-
-    g = torch.Generator().manual_seed(1)
-    keys = torch.randint(-(2**62), 2**62, (1500,), generator=g)
-    logits = torch.randn(1500, 40, generator=g) * 3
-    whole = gumbel_sample(logits.clone().requires_grad_(), 0.7, keys)  # 2 blocks
-    rows = torch.cat([gumbel_sample(logits[i : i + 500], 0.7, keys[i : i + 500]) for i in (0, 500, 1000)])
-    assert torch.equal(whole, rows)
 
 
 def test_pretrain_computes_accuracies_at_logged_steps_only(tmp_path, corpus_file, monkeypatch):

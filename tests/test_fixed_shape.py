@@ -98,7 +98,7 @@ def test_electra_sampled_accuracy_counts_real_targets_only(setups, monkeypatch):
     targets = padded["labels"][padded["labels"] != -100]
     common = targets.mode().values
     monkeypatch.setattr(
-        replaced_token_detection, "gumbel_sample", lambda logits, *_: torch.full_like(logits[:, 0], common).long()
+        replaced_token_detection, "sample_tokens", lambda logits, *_: torch.full_like(logits[:, 0], common).long()
     )
     model = set_attention(recipe.build_model(), PACKED_ATTENTION).train()
     want = (targets == common).float().mean()

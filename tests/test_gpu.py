@@ -126,16 +126,17 @@ def test_torch_compile_flag_on_cuda_compiles_once(corpus_file, tmp_path, recipe)
 
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_compiled_keyed_noise_equals_eager(dynamic):
-    """ELECTRA's keyed Gumbel noise compiles on CUDA and gives the eager bits: written as `arange * golden`, torch
+    """ELECTRA's keyed noise compiles on CUDA and gives the eager bits: written as `arange * golden`, torch
     2.11's Inductor folded the product into int32 index arithmetic and Triton refused the kernel (the H200 slot of
     2026-11-27, docs/speed.md); where a product fits int32 that folding would wrap silently instead."""
-    from hf_bertology.models.replaced_token_detection import gumbel_sample, keyed_uniform
+    from hf_bertology.models.replaced_token_detection import keyed_uniform, sample_tokens
 
     torch._dynamo.reset()
     g = torch.Generator().manual_seed(0)
     keys = torch.randint(-(2**62), 2**62, (700,), generator=g).cuda()
     logits = torch.randn(700, 30522, generator=g).cuda()
     assert torch.equal(torch.compile(keyed_uniform, dynamic=dynamic)(keys, 30522), keyed_uniform(keys, 30522))
+    assert torch.equal(torch.compile(keyed_uniform, dynamic=dynamic)(keys, 1), keyed_uniform(keys, 1))  # sampling's
     # the logs of the compiled kernel may differ from eager's in the last bit: a sample may differ at a near-tie
-    same = torch.compile(gumbel_sample, dynamic=dynamic)(logits, 1.0, keys) == gumbel_sample(logits, 1.0, keys)
+    same = torch.compile(sample_tokens, dynamic=dynamic)(logits, 1.0, keys) == sample_tokens(logits, 1.0, keys)
     assert same.float().mean() > 0.995

@@ -1,9 +1,11 @@
-"""RTD's generator samples with noise keyed by (seed, epoch, example, position) (issue 30, item 5).
+"""RTD's generator samples with one uniform per target keyed by (seed, epoch, example, position) (issue 30, item 5;
+issue 44: one uniform, not one per vocabulary entry).
 
 The collator hands the model one int64 key per token (`sample_keys`, from the same counter-based draws as the
-masks); the Gumbel noise of a sampled token is a hash of its key and the vocabulary index. So a row's replacements
-are the same whether it is sampled in the whole batch or in a half of it (two processes), at the real temperature
-1, and they still follow the generator's softmax. tests/test_multiprocess.py checks two processes against one.
+masks); a sampled token's uniform is a hash of its key, inverted through the generator's softmax CDF
+(`sample_tokens`). So a row's replacements are the same whether it is sampled in the whole batch or in a half of it
+(two processes), at the real temperature 1, and they follow the generator's softmax as `torch.multinomial` does.
+tests/test_multiprocess.py checks two processes against one.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import torch
 from scipy import stats
 
 from hf_bertology.data import build_pretraining_dataset, load_corpus, tokenize_corpus
-from hf_bertology.models.replaced_token_detection import gumbel_sample, keyed_uniform
+from hf_bertology.models import replaced_token_detection as rtd
+from hf_bertology.models.replaced_token_detection import keyed_uniform, sample_tokens
 from hf_bertology.recipes import get_recipe
 from platform_support import no_dropout
 
@@ -32,14 +35,66 @@ def test_keyed_noise_is_uniform_and_a_function_of_the_key():
     torch.testing.assert_close(keyed_uniform(keys[100:200], 50), noise[100:200], rtol=0, atol=0)
 
 
-def test_keyed_samples_follow_the_softmax():
-    """20k keyed draws from one distribution over 6 tokens: chi-square against softmax(logits), p > 1e-3."""
-    logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -3.0])
+LOGITS = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -3.0, -8.0])
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_keyed_samples_follow_the_softmax_as_multinomial(temperature):
+    """20k keyed draws from one distribution over 7 tokens: chi-square against softmax(logits / T), and a
+    two-sample chi-square against 20k seeded `torch.multinomial` draws (tokens expected under 5 times pooled);
+    p > 1e-3 for both (a fixed draw: the keys and the seed are fixed, so the outcome is too)."""
     keys = torch.arange(20_000, dtype=torch.long) * 7919 + 11
-    samples = gumbel_sample(logits.expand(len(keys), -1), 1.0, keys)
-    observed = torch.bincount(samples, minlength=6).numpy()
-    expected = logits.softmax(-1).double().numpy() * len(keys)
-    assert stats.chisquare(observed, expected).pvalue > 1e-3, (observed, expected.round())
+    probs = (LOGITS.double() / temperature).softmax(-1)
+    samples = sample_tokens(LOGITS.expand(len(keys), -1), temperature, keys)
+    observed = torch.bincount(samples, minlength=7).numpy()
+    expected = probs.double().numpy() * len(keys)
+    frequent = expected >= 5
+    pooled_obs = np.append(observed[frequent], observed[~frequent].sum())
+    pooled_exp = np.append(expected[frequent], expected[~frequent].sum())
+    assert stats.chisquare(pooled_obs, pooled_exp).pvalue > 1e-3, (observed, expected.round())
+    draws = torch.multinomial(probs, len(keys), replacement=True, generator=torch.Generator().manual_seed(0))
+    reference = torch.bincount(draws, minlength=7).numpy()
+    table = np.stack(
+        [
+            np.append(observed[frequent], observed[~frequent].sum()),
+            np.append(reference[frequent], reference[~frequent].sum()),
+        ]
+    )
+    table = table[:, table.sum(0) > 0]  # a pooled class neither drew
+    assert stats.chi2_contingency(table).pvalue > 1e-3, table
+
+
+def test_unkeyed_samples_follow_the_softmax():
+    torch.manual_seed(0)
+    samples = sample_tokens(LOGITS[:6].expand(20_000, -1), 1.0)
+    expected = LOGITS[:6].double().softmax(-1).numpy() * 20_000
+    assert stats.chisquare(torch.bincount(samples, minlength=6).numpy(), expected).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("uniform", [0.0, 0.5, 1 - 2**-24])
+def test_a_token_of_probability_zero_is_never_drawn(monkeypatch, uniform):
+    """`disallow_correct` sets the original's logit to -1e9: it is never drawn, even at the uniform's ends (the
+    largest uniform times the CDF's total can round up to the total) and at either end of the vocabulary."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(300, 50, generator=g) * 4
+    logits[::3, -1] = 30.0  # nearly all the mass on the last token, banned in some of these rows
+    banned = torch.arange(300) % 50  # first, last and every index between
+    logits[torch.arange(300), banned] = -1e9
+    monkeypatch.setattr(rtd, "keyed_uniform", lambda keys, size: torch.full((len(keys), size), uniform))
+    sampled = sample_tokens(logits, 1.0, torch.arange(300))
+    assert not (sampled == banned).any() and sampled.max() < 50
+
+
+def test_a_row_samples_alike_alone_and_in_a_batch_and_with_a_gradient():
+    """A row's sample depends only on its key and logits (no batch-wide state), and logits with a gradient are
+    read, not changed."""
+    g = torch.Generator().manual_seed(1)
+    keys = torch.randint(-(2**62), 2**62, (1500,), generator=g)
+    logits = torch.randn(1500, 40, generator=g) * 3
+    whole = sample_tokens(logits.clone().requires_grad_(), 0.7, keys)
+    rows = torch.cat([sample_tokens(logits[i : i + 500], 0.7, keys[i : i + 500]) for i in (0, 500, 1000)])
+    assert torch.equal(whole, rows)
+    assert sample_tokens(logits[:0], 1.0, keys[:0]).shape == (0,)
 
 
 @pytest.fixture(scope="module")
@@ -60,10 +115,10 @@ def test_a_row_samples_alike_in_the_whole_batch_and_in_a_half(name, corpus):
     assert batch["sample_keys"].shape == batch["input_ids"].shape
     torch.manual_seed(0)
     model = recipe.build_model().eval()
-    # every RTD step samples through `replaced_token_detection.fake_data`, which calls this module's `gumbel_sample`
+    # every RTD step samples through `replaced_token_detection.fake_data`, which calls this module's `sample_tokens`
     module = sys.modules["hf_bertology.models.replaced_token_detection"]
-    original, seen = module.gumbel_sample, []
-    module.gumbel_sample = lambda *args, **kwargs: seen.append(original(*args, **kwargs)) or seen[-1]
+    original, seen = module.sample_tokens, []
+    module.sample_tokens = lambda *args, **kwargs: seen.append(original(*args, **kwargs)) or seen[-1]
     try:
         with torch.no_grad():
             torch.manual_seed(1)
@@ -76,7 +131,7 @@ def test_a_row_samples_alike_in_the_whole_batch_and_in_a_half(name, corpus):
             torch.manual_seed(2)
             model(**{k: v for k, v in batch.items() if k != "sample_keys"})
     finally:
-        module.gumbel_sample = original
+        module.sample_tokens = original
     whole, first, second, unkeyed_1, unkeyed_2 = seen
     torch.testing.assert_close(torch.cat([first, second]), whole, rtol=0, atol=0)
     assert not torch.equal(unkeyed_1, unkeyed_2)  # without keys the state matters: the keys above did the work

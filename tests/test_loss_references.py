@@ -6,7 +6,9 @@ log-likelihood of the labelled tokens, RTD the mean binary cross-entropy over th
 "replaced" = the sampled token differs from the original, a sentence task the mean cross-entropy over the examples,
 and the total is the documented weighted sum. Each family and composed cell runs on a real collator's padded batch
 (with no counts: the evaluation path) and on its padding-free form where the encoder packs. Label smoothing in a
-cross-entropy, padding counted in RTD or its denominator, or a composed cell dropping a loss term fails here.
+cross-entropy, padding counted in RTD or its denominator, or a composed cell dropping a loss term fails here. Every
+logged diagnostic (accuracies, RTD's share replaced, AUC, precision, recall) is checked the same way, over the real
+tokens only, and every RTD model logs the same ones.
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ from platform_support import no_dropout
 # (recipe, documented loss weights) — docs/recipes/electra.md 1·MLM + 50·RTD, deberta_v3.md 1·MLM + 10·RTD,
 # spanbert.md MLM + 1·SBO.
 CASES = [
+    "bert-tiny",
+    "roberta-tiny",
+    "albert-tiny",
+    "modernbert-tiny",
+    "xlnet-tiny",  # the PLM loss on the query stream's targets
     "spanbert-tiny",
     "electra-tiny",
     "deberta-v3-tiny",
@@ -92,9 +99,12 @@ def vocab_size(model) -> int:
     return config.vocab_size
 
 
-def nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean negative log-likelihood of `targets` under `logits` `(N, V)`."""
-    return -logits.double().log_softmax(-1).gather(1, targets[:, None]).mean()
+def nll(logits: torch.Tensor, targets: torch.Tensor, smoothing: float = 0.0) -> torch.Tensor:
+    """Mean negative log-likelihood of `targets` under `logits` `(N, V)`; with label smoothing eps, each target's
+    (1 - eps) * -log p(target) + eps * the mean over the vocabulary of -log p (Szegedy et al. 2016, §7; transformers'
+    `LabelSmoother`)."""
+    log_probs = logits.double().log_softmax(-1)
+    return (-(1 - smoothing) * log_probs.gather(1, targets[:, None]) - smoothing * log_probs.mean(-1)).mean()
 
 
 def smoothing_shift(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -110,12 +120,12 @@ def run(model, batch: dict) -> tuple[object, dict]:
 
     An untrained generator over 300 tokens almost never samples the original token, so "replaced" would equal
     "chosen" and a model labelling every chosen token replaced would pass: every other sample is set to the
-    original token here (the model uses what `gumbel_sample` returns)."""
+    original token here (the model uses what `sample_tokens` returns)."""
     seen: dict = {}
     targets = batch["labels"][batch["labels"].ne(-100)]  # (M,) in the row-major order the models sample in
-    # every RTD step samples through `replaced_token_detection.fake_data`, which calls this module's `gumbel_sample`
+    # every RTD step samples through `replaced_token_detection.fake_data`, which calls this module's `sample_tokens`
     module = sys.modules["hf_bertology.models.replaced_token_detection"]
-    original = getattr(module, "gumbel_sample", None)
+    original = getattr(module, "sample_tokens", None)
     hooks = []
     for attr in ("sentence_classifier", "sbo"):
         if isinstance(getattr(model, attr, None), torch.nn.Module):
@@ -131,28 +141,30 @@ def run(model, batch: dict) -> tuple[object, dict]:
 
     try:
         if original is not None:
-            module.gumbel_sample = recording
+            module.sample_tokens = recording
         torch.manual_seed(7)
         output = model(**batch)
     finally:
         if original is not None:
-            module.gumbel_sample = original
+            module.sample_tokens = original
         for hook in hooks:
             hook.remove()
     return output, seen
 
 
-def references(model, batch: dict, output, seen: dict, objective: str) -> dict[str, torch.Tensor]:
+def references(model, batch: dict, output, seen: dict, objective: str, smoothing: float) -> dict[str, torch.Tensor]:
     """Each component loss and the total, from logits and labels only; `objective`: the recipe family whose loss
-    weights apply (`electra`, `deberta-v3`, ...)."""
+    weights apply (`electra`, `deberta-v3`, ...); `smoothing`: the label smoothing of the language-model losses
+    (MLM, PLM, SBO: vocabulary predictions), never of the sentence and RTD losses."""
     labels = batch["labels"]
     chosen = labels.ne(-100)
     ref: dict[str, torch.Tensor] = {}
     mlm_logits = output.prediction_logits if getattr(output, "prediction_logits", None) is not None else output.logits
-    ref["mlm_loss"] = nll(mlm_logits, labels[chosen])  # row-major order of the labelled tokens
+    lm = "plm_loss" if objective == "xlnet" else "mlm_loss"
+    ref[lm] = nll(mlm_logits, labels[chosen], smoothing)  # row-major order of the labelled tokens
     # the check has power: label smoothing would move the loss by 100x the tolerance of `check` at least
     assert smoothing_shift(mlm_logits, labels[chosen]) > 1e-3
-    total = ref["mlm_loss"]
+    total = ref[lm]
     if "sampled" in seen:  # replaced-token detection
         real = batch["attention_mask"].bool()
         original = torch.where(chosen, labels, batch["input_ids"])
@@ -171,7 +183,7 @@ def references(model, batch: dict, output, seen: dict, objective: str) -> dict[s
         # a value check, not a KeyError: labels for a head the model never ran is a dropped loss term
         assert sbo_logits is not None and getattr(output, "sbo_loss", None) is not None, "SBO labels, no SBO loss"
         sbo_labels = batch["sbo_labels"]
-        ref["sbo_loss"] = nll(sbo_logits, sbo_labels[sbo_labels.ne(-100)])
+        ref["sbo_loss"] = nll(sbo_logits, sbo_labels[sbo_labels.ne(-100)], smoothing)
         total = total + SBO_WEIGHT * ref["sbo_loss"]
     for key, task in (("next_sentence_label", "nsp_loss"), ("sentence_order_label", "sop_loss")):
         if key in batch:
@@ -187,16 +199,69 @@ def references(model, batch: dict, output, seen: dict, objective: str) -> dict[s
     return ref
 
 
-def check(model, batch: dict, name: str) -> None:
+def metric_references(batch: dict, output, seen: dict) -> dict[str, torch.Tensor]:
+    """Every logged diagnostic over the real tokens only, from logits and labels: the accuracies of each head, and
+    for RTD the discriminator's accuracy, the share replaced, the samples' accuracy and the official `disc_auc`,
+    `disc_precision`, `disc_recall` (sklearn's AUC; "replaced" at logit > 0)."""
+    from sklearn.metrics import roc_auc_score
+
+    labels = batch["labels"]
+    chosen = labels.ne(-100)
+    ref: dict[str, torch.Tensor] = {}
+
+    def accuracy(logits, targets):
+        return (logits.argmax(-1) == targets).double().mean()
+
+    lm_logits = output.prediction_logits if getattr(output, "prediction_logits", None) is not None else output.logits
+    ref["plm_accuracy" if getattr(output, "plm_loss", None) is not None else "mlm_accuracy"] = accuracy(
+        lm_logits, labels[chosen]
+    )
+    if "sbo_labels" in batch:
+        sbo = batch["sbo_labels"]
+        logits = output.sbo_logits if getattr(output, "sbo_logits", None) is not None else seen["sbo"]
+        ref["sbo_accuracy"] = accuracy(logits, sbo[sbo.ne(-100)])
+    for key, task in (("next_sentence_label", "nsp"), ("sentence_order_label", "sop")):
+        if key in batch:
+            logits = getattr(output, "seq_relationship_logits", None)
+            logits = logits if logits is not None else getattr(output, "sop_logits", None)
+            logits = logits if logits is not None else seen["sentence_classifier"]
+            ref[f"{task}_accuracy"] = accuracy(logits, batch[key])
+    if "sampled" in seen:
+        real = batch["attention_mask"].bool()
+        original = torch.where(chosen, labels, batch["input_ids"])
+        replaced = original.clone()
+        replaced[chosen] = seen["sampled"]
+        is_replaced = (replaced != original)[real]
+        scores = output.rtd_logits.detach()[real]
+        predicted = scores > 0
+        ref["sampled_accuracy"] = (seen["sampled"] == labels[chosen]).double().mean()
+        ref["rtd_accuracy"] = (predicted == is_replaced).double().mean()
+        ref["replaced_fraction"] = is_replaced.double().mean()
+        ref["disc_auc"] = torch.tensor(roc_auc_score(is_replaced.numpy(), scores.double().numpy()), dtype=torch.double)
+        ref["disc_precision"] = (predicted & is_replaced).double().sum() / predicted.sum()
+        ref["disc_recall"] = (predicted & is_replaced).double().sum() / is_replaced.sum()
+    return ref
+
+
+def check(model, batch: dict, name: str, smoothing: float = 0.0) -> None:
+    model.label_smoothing = smoothing  # what `BertologyTrainer` sets from --label_smoothing_factor
     output, seen = run(model, batch)
-    ref = references(model, batch, output, seen, objective=name.split("@")[0].rsplit("-", 1)[0])
+    objective = name.split("@")[0].rsplit("-", 1)[0]
+    ref = references(model, batch, output, seen, objective, smoothing)
     assert set(ref) - {"loss"} == {k for k in ref if getattr(output, k, None) is not None} - {"loss"}
     for key, value in ref.items():
         torch.testing.assert_close(getattr(output, key).double(), value, rtol=1e-5, atol=1e-6, msg=key)
+    # every other scalar the model logs is a diagnostic, and each equals its value over the real tokens
+    metrics = metric_references(batch, output, seen)
+    logged = {k for k, v in output.items() if torch.is_tensor(v) and v.dim() == 0 and not k.endswith("loss")}
+    assert logged == set(metrics), (logged, set(metrics))
+    for key, value in metrics.items():
+        torch.testing.assert_close(output[key].double(), value, rtol=1e-5, atol=1e-6, equal_nan=True, msg=key)
 
 
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
 @pytest.mark.parametrize("name", CASES)
-def test_losses_equal_the_references_on_a_padded_batch(name, corpus):
+def test_losses_equal_the_references_on_a_padded_batch(name, smoothing, corpus):
     model, recipe, batch = setup(name, corpus)
     real = batch["attention_mask"].bool()
     assert not real.all(), "the batch must hold padding, else padding in a loss cannot show"
@@ -204,7 +269,7 @@ def test_losses_equal_the_references_on_a_padded_batch(name, corpus):
     if "next_sentence_label" in batch or "sentence_order_label" in batch:
         labels = batch.get("next_sentence_label", batch.get("sentence_order_label"))
         assert 0 < labels.sum() < len(labels)
-    check(model, batch, name)
+    check(model, batch, name, smoothing)
 
 
 @pytest.mark.parametrize(
@@ -212,7 +277,8 @@ def test_losses_equal_the_references_on_a_padded_batch(name, corpus):
     [
         n
         for n in CASES
-        if BACKBONES[get_recipe(n.split("@")[0]).spec.backbone if "@" not in n else n.split("@")[1]].packable
+        if (get_recipe(n.split("@")[0]).spec.backbone if "@" not in n else n.split("@")[1]) is not None  # XLNet
+        and BACKBONES[get_recipe(n.split("@")[0]).spec.backbone if "@" not in n else n.split("@")[1]].packable
     ],
 )
 def test_losses_equal_the_references_on_a_padding_free_batch(name, corpus):
@@ -234,3 +300,14 @@ def test_stock_trainer_count_weights_nsp_by_the_share_of_masked_tokens(corpus):
     torch.testing.assert_close(output.mlm_loss.double(), mlm, rtol=1e-5, atol=1e-7)
     torch.testing.assert_close(output.nsp_loss.double(), nsp, rtol=1e-5, atol=1e-7)
     torch.testing.assert_close(output.loss.double(), mlm + nsp, rtol=1e-5, atol=1e-7)
+
+
+def test_every_rtd_model_returns_the_same_fields_and_diagnostics(corpus):
+    """ELECTRA, DeBERTa-v3 and the RTD cells: one output contract (the same fields under the same names, the
+    generator's logits as `prediction_logits`, the discriminator's input and labels) and the same diagnostics."""
+    fields = {}
+    for name in ("electra-tiny", "deberta-v3-tiny", "electra-tiny@bert", "deberta-v3-tiny@roberta"):
+        model, _, batch = setup(name, corpus)
+        fields[name] = frozenset(model(**batch).keys())
+    assert len(set(fields.values())) == 1, fields
+    assert {"prediction_logits", "replaced_input_ids", "rtd_labels", "disc_auc", "sampled_accuracy"} <= fields[name]

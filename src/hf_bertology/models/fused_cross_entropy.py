@@ -1,7 +1,8 @@
-"""Masked-LM loss without the `(M, V)` logits: the output layer and the cross-entropy fused, in chunks of targets.
+"""Masked-LM loss without the `(M, V)` logits: the output layer and the language-model loss fused, in chunks.
 
 At BERT-base sizes the unfused head keeps about 600 MB of logits and as much of their gradient; the chunked version
-keeps one chunk (`CHUNK_BYTES`), computing each chunk's gradient at once (`softmax - one_hot`). On CUDA,
+keeps one chunk (`CHUNK_BYTES`), computing each chunk's gradient at once through the model's own loss
+(`lm_loss.LanguageModelLoss.loss_function`, label smoothing included: exact, not bypassed). On CUDA,
 Liger-Kernel's `fused_linear_cross_entropy` is used where installed (`hf_bertology[liger]`); torch has no fused op.
 `sparse_mlm_loss` chooses the unfused head where logits are asked for, without gradient, under `torch.compile` or
 where the logits fit one chunk. docs/recipes/bert.md ("In the code").
@@ -9,9 +10,12 @@ where the logits fit one chunk. docs/recipes/bert.md ("In the code").
 
 import importlib
 import importlib.util
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+
+from .lm_loss import language_model_loss
 
 # fp32 logits of one chunk: 64 MiB (550 targets of BERT's 30,522 words).
 CHUNK_BYTES = 64 * 2**20
@@ -29,39 +33,42 @@ def liger_linear_cross_entropy(device: torch.device):
     return importlib.import_module("liger_kernel.transformers.functional").liger_fused_linear_cross_entropy
 
 
-class ChunkedLinearCrossEntropy(torch.autograd.Function):
-    """`(sum over rows with target != -100 of cross_entropy(hidden @ weight.T + bias, target), argmax)`, `rows`
-    targets at a time; the gradients are computed in the forward (as Liger-Kernel's) and scaled in the backward.
-    The argmax (`(M,)`, only if `with_argmax`, else empty) is the predicted token, for accuracies."""
+class ChunkedLinearLoss(torch.autograd.Function):
+    """`(loss_function(hidden @ weight.T + bias, targets, label_smoothing=eps), argmax)` summed over chunks of
+    `rows` targets, so one chunk's logits are alive at a time; each chunk's gradients are taken in the forward (as
+    Liger-Kernel's) by autograd through the same loss function, and scaled in the backward. The argmax (`(M,)`, only
+    if `with_argmax`, else empty) is the predicted token, for accuracies."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, rows: int, with_argmax: bool):
-        need_hidden, need_weight, need_bias = ctx.needs_input_grad[:3]
-        acc = torch.promote_types(hidden.dtype, torch.float32)  # fp32 at least, as the unfused `logits.float()`
+    def forward(ctx, hidden, weight, bias, targets, rows: int, with_argmax: bool, loss_function, label_smoothing):
+        needs = ctx.needs_input_grad[:3]
+        acc = torch.promote_types(hidden.dtype, torch.float32)  # fp32 at least, as the unfused loss
         total = torch.zeros((), dtype=acc, device=hidden.device)
         argmax = torch.empty(len(targets) if with_argmax else 0, dtype=torch.long, device=hidden.device)
-        grad_hidden = torch.empty_like(hidden) if need_hidden else None
-        grad_weight = torch.zeros_like(weight, dtype=acc) if need_weight else None
-        grad_bias = torch.zeros_like(bias, dtype=acc) if need_bias and bias is not None else None
+        grad_hidden = torch.empty_like(hidden) if needs[0] else None
+        grad_weight = torch.zeros_like(weight, dtype=acc) if needs[1] else None
+        grad_bias = torch.zeros_like(bias, dtype=acc) if needs[2] and bias is not None else None
+        weight_, bias_ = weight.detach().requires_grad_(needs[1]), None
+        if bias is not None:
+            bias_ = bias.detach().requires_grad_(needs[2])
         for start in range(0, len(targets), rows):
-            h, target = hidden[start : start + rows], targets[start : start + rows]
-            logits = F.linear(h, weight, bias).to(acc)  # (c, V): the only logits alive
-            valid = target.ne(-100)
-            safe = target.clamp(min=0)
-            lse = logits.logsumexp(-1)
-            total += torch.where(valid, lse - logits.gather(1, safe[:, None]).squeeze(1), 0.0).sum()
+            with torch.enable_grad():
+                h = hidden[start : start + rows].detach().requires_grad_(needs[0])
+                logits = F.linear(h, weight_, bias_)  # (c, V): the only logits alive
+                loss = loss_function(logits, targets[start : start + rows], label_smoothing=label_smoothing)
+            total += loss.detach()
             if with_argmax:
-                argmax[start : start + rows] = logits.argmax(-1)
-            if need_hidden or need_weight or need_bias:
-                grad = logits.sub_(lse[:, None]).exp_()  # softmax, in place of the logits
-                grad[torch.arange(len(target), device=grad.device), safe] -= 1.0
-                grad.mul_(valid[:, None])  # ignored targets: no gradient
-                if need_hidden:
-                    grad_hidden[start : start + rows] = (grad.to(weight.dtype) @ weight).to(hidden.dtype)
-                if need_weight:
-                    grad_weight += grad.t() @ h.to(acc)
-                if grad_bias is not None:
-                    grad_bias += grad.sum(0)
+                argmax[start : start + rows] = logits.detach().argmax(-1)
+            wanted = [
+                (t, g) for t, g in ((h, grad_hidden), (weight_, grad_weight), (bias_, grad_bias)) if g is not None
+            ]
+            if wanted:
+                grads = torch.autograd.grad(loss, [t for t, _ in wanted])
+                for (t, g), grad in zip(wanted, grads):
+                    if t is h:
+                        g[start : start + rows] = grad
+                    else:
+                        g += grad
         ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
         ctx.dtypes = (weight.dtype, None if bias is None else bias.dtype)
         ctx.mark_non_differentiable(argmax)
@@ -78,6 +85,8 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
             None,
             None,
             None,
+            None,
+            None,
         )
 
 
@@ -87,10 +96,14 @@ def sparse_mlm_loss(
     targets: torch.Tensor,
     return_logits: bool | None = None,
     with_argmax: bool = True,
+    loss_function: Callable = language_model_loss,
+    label_smoothing: float = 0.0,
 ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
-    """`(logits or None, summed fp32 cross-entropy, argmax or None)` of `decoder(hidden)` (`(M, E)` states of the
-    M targets) against `targets` (-100: ignored). `return_logits`: True always returns the logits (unfused), None
-    lets the choice above decide, False asks for the fused loss wherever there is a gradient to compute."""
+    """`(logits or None, summed loss, argmax or None)` of `loss_function(decoder(hidden), targets,
+    label_smoothing=...)` (the model's hook, `lm_loss.LanguageModelLoss`; `hidden`: `(M, E)` states of the M
+    targets, -100: ignored). `return_logits`: True always returns the logits (unfused), None lets the choice above
+    decide, False asks for the fused loss wherever there is a gradient to compute. Liger computes the default loss
+    only (a swapped loss runs chunked)."""
     vocab = decoder.weight.shape[0]
     fused = (
         not return_logits
@@ -101,13 +114,16 @@ def sparse_mlm_loss(
     )
     if not fused:
         logits = decoder(hidden)
-        loss = F.cross_entropy(logits.float(), targets, reduction="sum")
+        loss = loss_function(logits, targets, label_smoothing=label_smoothing)
         return logits, loss, logits.argmax(-1) if with_argmax else None
-    liger = liger_linear_cross_entropy(hidden.device)
-    if liger is not None:
-        out = liger(hidden, decoder.weight, targets, bias=decoder.bias, reduction="sum", return_predicted_tokens=True)
+    liger = liger_linear_cross_entropy(hidden.device) if loss_function is language_model_loss else None
+    if liger is not None:  # the same loss: Liger's label smoothing is torch's (eps * mean_v -log p)
+        out = liger(
+            hidden, decoder.weight, targets, bias=decoder.bias, reduction="sum", label_smoothing=label_smoothing,
+            return_predicted_tokens=True,
+        )  # fmt: skip
         return None, out.loss.float(), out.predicted_tokens if with_argmax else None
-    loss, argmax = ChunkedLinearCrossEntropy.apply(
-        hidden, decoder.weight, decoder.bias, targets, chunk_rows(vocab), with_argmax
+    loss, argmax = ChunkedLinearLoss.apply(
+        hidden, decoder.weight, decoder.bias, targets, chunk_rows(vocab), with_argmax, loss_function, label_smoothing
     )
     return None, loss, argmax if with_argmax else None

@@ -1,9 +1,10 @@
 """Masked LM and the sentence tasks, written once for every model that predicts masked tokens.
 
 Sparse prediction (the head runs on the labelled positions only, as the official BERT gathers `masked_lm_positions`),
-each loss a sum over its step's count (`outputs.step_mean`), and NSP / SOP on each example's first token. Used by
-BERT, RoBERTa, SpanBERT, ALBERT and ModernBERT (`MaskedLMPreTraining`), XLNet's sparse head (`masked_lm_loss`) and
-every masked-LM cell of `modeling_composed`.
+the language-model loss through the model's hook (`lm_loss.LanguageModelLoss`), each loss a sum over its step's count
+(`outputs.step_mean`), and NSP / SOP on each example's first token. Used by BERT, RoBERTa, SpanBERT, ALBERT and
+ModernBERT (`MaskedLMPreTraining`) and every masked-LM cell of `modeling_composed`; XLNet's sparse head reads
+`labelled`.
 """
 
 from collections.abc import Callable, Mapping
@@ -13,6 +14,7 @@ import torch.nn.functional as F
 
 from .last_layer import KEY as LAST_LAYER_KEY
 from .last_layer import install_subset, masked_lm_rows, scatter_rows
+from .lm_loss import LanguageModelLoss
 from .outputs import BertologyForPreTrainingOutput, step_mean
 from .span_boundary import SpanTargets, span_boundary_loss
 
@@ -36,17 +38,6 @@ def labelled(labels: torch.Tensor, target_positions: torch.Tensor | None) -> tup
     host, else a boolean index, which makes the host wait) and their labels."""
     at = labels.flatten().ne(-100).nonzero().squeeze(1) if target_positions is None else target_positions  # (M,)
     return at, labels.take(at)  # `take` reads labels as flat: no view first
-
-
-def masked_lm_loss(head: Callable, states, labels, target_positions, num_items_in_batch):
-    """Masked LM (BERT §3.1 Task #1) at the labelled tokens only: their `(M, V)` logits, the summed cross-entropy
-    over the step's masked-token count, and the accuracy."""
-    at, targets = labelled(labels, target_positions)
-    logits = head(states.flatten(0, 1).index_select(0, at))  # (M, V): sparse prediction
-    n_masked = labels.ne(-100).sum()
-    mlm_sum = F.cross_entropy(logits.float(), targets, reduction="sum")
-    loss = mlm_sum / step_mean(num_items_in_batch, "labels", n_masked, n_masked)
-    return logits, loss, (logits.argmax(-1) == targets).sum() / n_masked
 
 
 def sentence_loss(logits, sentence_label, key: str, n_masked, num_items_in_batch, return_metrics: bool = True):
@@ -75,8 +66,8 @@ def pretraining_losses(
     return_logits: bool | None = None,
     gathered: bool = False,
 ) -> dict:
-    """BERT's and ALBERT's step: masked LM through `mlm_head` (`(logits or None, summed loss, predicted ids)`: BERT's
-    fuses the output layer with the loss) plus the sentence task of `key`, given labels; the output's fields.
+    """Every masked-LM model's losses: masked LM through `mlm_head` (`(logits or None, summed loss, predicted ids)`:
+    BERT's fuses the output layer with the loss) plus the sentence task of `key`, given labels; the output's fields.
     `gathered`: `sequence_output` is already the `(M, H)` states of the labelled tokens (`last_layer`)."""
     at, targets = labelled(labels, target_positions)
     states = sequence_output if gathered else sequence_output.flatten(0, 1).index_select(0, at)  # (M, H)
@@ -100,11 +91,11 @@ def pretraining_losses(
     return out
 
 
-class MaskedLMPreTraining:
+class MaskedLMPreTraining(LanguageModelLoss):
     """The step of every masked-LM model, mixed in before the family's `PreTrainedModel`.
 
     A model names its parts: `encode` (its encoder on the inputs), `predict` (its MLM head on `(…, H)` states;
-    `mlm_head` when it fuses the loss), and where it has them `sentence_logits` (NSP / SOP on each example's first
+    `mlm_head` when it fuses the loss; the loss itself is the hook `loss_function`), and where it has them `sentence_logits` (NSP / SOP on each example's first
     token) and `sbo` (SpanBERT's head). Its `forward` names the labels it takes (the Trainer reads them from the
     signature) and hands the batch to `pretraining_step`.
     """
@@ -124,15 +115,6 @@ class MaskedLMPreTraining:
 
     def encode(self, input_ids, inputs: dict):
         return self.base_model(input_ids, return_dict=True, **inputs)
-
-    def predict(self, states: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
-
-    def mlm_head(self, states, targets, return_logits: bool | None = None, with_argmax: bool = True):
-        """`(logits, summed cross-entropy, predicted ids or None)` at the `(M, H)` states of the targets."""
-        logits = self.predict(states)  # (M, V)
-        loss = F.cross_entropy(logits.float(), targets, reduction="sum")
-        return logits, loss, logits.argmax(-1) if with_argmax else None
 
     def sentence_logits(self, outputs, cu_seq_lens: torch.Tensor | None) -> torch.Tensor:
         raise NotImplementedError
@@ -222,7 +204,7 @@ class MaskedLMPreTraining:
             span = SpanTargets(sbo_labels, sbo_boundaries, sbo_relative_positions, sbo_target_positions)
             n_masked = None if labels is None else labels.ne(-100).sum()
             out["sbo_logits"], losses["sbo_loss"], losses["sbo_accuracy"] = span_boundary_loss(
-                self.sbo, states, span, n_masked, num_items_in_batch
+                self.sbo, states, span, n_masked, num_items_in_batch, self.lm_loss_sum
             )
             weighted = self.config.sbo_loss_weight * losses["sbo_loss"]
             losses["loss"] = losses["loss"] + weighted if "loss" in losses else weighted

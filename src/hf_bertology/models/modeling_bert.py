@@ -38,9 +38,9 @@ class BertologyBertForPreTraining(MaskedLMPreTraining, BertPreTrainedModel):
     def mlm_head(self, states, targets, return_logits: bool | None = None, with_argmax: bool = True):
         """`(logits or None, summed cross-entropy, predicted ids or None)` of the MLM head at the `(M, H)` states of
         the targets: transform, then the output layer fused with the loss where it saves memory
-        (`fused_cross_entropy.sparse_mlm_loss`)."""
-        head = self.cls.predictions
-        return sparse_mlm_loss(head.transform(states), head.decoder, targets, return_logits, with_argmax)
+        (`fused_cross_entropy.sparse_mlm_loss`), the loss the model's hook (`loss_function`, `label_smoothing`)."""
+        head, loss = self.cls.predictions, (self.loss_function, self.label_smoothing)
+        return sparse_mlm_loss(head.transform(states), head.decoder, targets, return_logits, with_argmax, *loss)
 
     def predict(self, states):
         return self.cls.predictions(states)

@@ -82,8 +82,6 @@ class ComposedForPreTraining(MaskedLMPreTraining, ReplacedTokenDetectionPreTrain
     """The composed pretraining model; one subclass per family below (each subclasses that family's
     `PreTrainedModel`, so weights are initialised as the family's)."""
 
-    returns_fake_data = False
-
     def __init__(self, config):
         if not isinstance(config, self.config_class):
             # e.g. the family's plain config from AutoConfig under trust_remote_code: recipe fields are attributes.

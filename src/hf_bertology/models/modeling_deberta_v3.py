@@ -21,7 +21,6 @@ from .replaced_token_detection import (
     ReplacedTokenDetectionPreTraining,
     add_gdes,
     freeze_gdes_slots,
-    rtd_accuracies,
 )
 
 WORD_EMBEDDINGS = "embeddings.word_embeddings.weight"
@@ -134,13 +133,6 @@ class BertologyDebertaV3ForPreTraining(ReplacedTokenDetectionPreTraining, Debert
 
     def rtd_logits(self, hidden_states, inputs) -> torch.Tensor:
         return self.mask_predictions(hidden_states)  # (B, T): every token read with its row's [CLS]
-
-    def rtd_metrics(self, prediction_logits, sampled, rtd_logits, rtd_labels, chosen) -> dict:
-        sampled_accuracy = (sampled == chosen.targets).sum() / chosen.count
-        return {
-            **rtd_accuracies(prediction_logits, rtd_logits, rtd_labels, chosen),
-            "sampled_accuracy": sampled_accuracy,
-        }
 
     def forward(self, input_ids=None, attention_mask=None, *, labels=None, **inputs):
         """`input_ids`: the generator's input, `[MASK]` at the chosen positions; `labels`: the originals there.

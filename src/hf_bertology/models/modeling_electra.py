@@ -15,7 +15,7 @@ from transformers.models.electra.modeling_electra import ElectraDiscriminatorPre
 
 from .configuration_electra import BertologyElectraConfig, generator_config
 from .last_layer import subset_inputs
-from .replaced_token_detection import ReplacedTokenDetectionPreTraining, binary_auc, rtd_accuracies
+from .replaced_token_detection import ReplacedTokenDetectionPreTraining
 
 # Parameters the two networks share (paper §3.2 "tie token embeddings"; official: shared `electra/embeddings`).
 SHARED_EMBEDDINGS = (
@@ -115,20 +115,6 @@ class BertologyElectraForPreTraining(ReplacedTokenDetectionPreTraining, ElectraP
 
     def rtd_logits(self, hidden_states, inputs) -> torch.Tensor:
         return self.discriminator_predictions(hidden_states)  # (B, T)
-
-    @torch.no_grad()
-    def rtd_metrics(self, prediction_logits, sampled, rtd_logits, rtd_labels, chosen) -> dict:
-        """Accuracies and the official `metric_fn`'s `disc_*` over the real tokens (no gradient, no host sync)."""
-        real = chosen.real
-        predicted, replaced = (rtd_logits > 0) & real, rtd_labels
-        true_positives = (predicted & replaced).sum()
-        return {
-            **rtd_accuracies(prediction_logits, rtd_logits, rtd_labels, chosen),
-            "disc_auc": binary_auc(rtd_logits, rtd_labels, real),
-            "disc_precision": true_positives / predicted.sum(),  # 0 / 0 = NaN: undefined, not 0
-            "disc_recall": true_positives / replaced.sum(),
-            "sampled_accuracy": (sampled == chosen.targets).sum() / chosen.count,
-        }
 
     def forward(self, input_ids=None, attention_mask=None, *, labels=None, **inputs):
         """`input_ids`: the generator's input, `[MASK]` at 85% of the chosen positions; `labels`: the originals

@@ -16,11 +16,12 @@ from torch import nn
 from transformers import XLNetModel, XLNetPreTrainedModel
 
 from .configuration_xlnet import BertologyXLNetConfig
-from .masked_lm import masked_lm_loss
-from .outputs import BertologyForPreTrainingOutput
+from .lm_loss import LanguageModelLoss
+from .masked_lm import labelled
+from .outputs import BertologyForPreTrainingOutput, step_mean
 
 
-class BertologyXLNetForPreTraining(XLNetPreTrainedModel):
+class BertologyXLNetForPreTraining(LanguageModelLoss, XLNetPreTrainedModel):
     config_class = BertologyXLNetConfig
     _auto_class = "AutoModelForPreTraining"
     accepts_loss_kwargs = True  # the loss is normalised by `num_items_in_batch`
@@ -37,6 +38,9 @@ class BertologyXLNetForPreTraining(XLNetPreTrainedModel):
 
     def set_output_embeddings(self, new_embeddings):
         self.lm_loss = new_embeddings
+
+    def predict(self, states):
+        return self.lm_loss(states)  # XLNetLMHeadModel's name for its output layer
 
     def forward(
         self,
@@ -86,10 +90,13 @@ class BertologyXLNetForPreTraining(XLNetPreTrainedModel):
         if labels is None:
             logits = self.lm_loss(hidden)  # (B, P, V)
         else:
-            # the real targets only (padded rows skipped): sparse prediction, as masked LM's
-            logits, loss, plm_accuracy = masked_lm_loss(
-                self.lm_loss, hidden, labels, target_positions, num_items_in_batch
-            )
+            # the real targets only (padded rows skipped): sparse prediction, and the language-model loss, as masked
+            # LM's (`lm_loss.LanguageModelLoss`)
+            at, targets = labelled(labels, target_positions)
+            logits, loss_sum, predicted = self.mlm_head(hidden.flatten(0, 1).index_select(0, at), targets)
+            n_targets = labels.ne(-100).sum()
+            loss = loss_sum / step_mean(num_items_in_batch, "labels", n_targets, n_targets)
+            plm_accuracy = (predicted == targets).sum() / n_targets
 
         return BertologyForPreTrainingOutput(
             loss=loss,

@@ -66,8 +66,9 @@ def step_mean(num_items_in_batch, key: str, local_count: torch.Tensor | None, lo
     those tokens (`local_tokens`). Without any count (a plain forward) the local count gives the usual mean.
     """
     if isinstance(num_items_in_batch, Mapping):
-        if key in num_items_in_batch:
-            return num_items_in_batch[key]
+        if key in num_items_in_batch:  # none in the whole step: the empty sum is 0, not 0 / 0
+            count = num_items_in_batch[key]
+            return count.clamp(min=1) if torch.is_tensor(count) else max(count, 1)
         num_items_in_batch = num_items_in_batch.get("labels")
     if num_items_in_batch is None:
         return local_count.clamp(min=1)

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .last_layer import install_subset
+from .lm_loss import LanguageModelLoss
 from .masked_lm import is_packed
 from .outputs import BertologyForPreTrainingOutput, step_mean
 from .span_boundary import activation, layer_norm_eps
@@ -25,15 +26,18 @@ OTHER_TABLES = (POSITION_TABLE, "embeddings.token_type_embeddings.weight")
 def keyed_uniform(keys: torch.Tensor, size: int) -> torch.Tensor:
     """`(M, size)` float32 uniforms in [0, 1): entry (m, v) a hash of `keys[m]` (int64) and v (SplitMix64 on a
     counter, as hf_bertology's collators draw their masks), so the noise of an example's token does not depend on
-    the process, the batch or the random state; 24 random bits, exact in float32."""
+    the process, the batch or the random state; 24 random bits, exact in float32. Sampling reads one a row
+    (`size=1`)."""
     golden, mix1, mix2 = -7046029254386353131, -4658895280553007687, -7723592293110705685  # SplitMix64's, signed
     golden_inverse = -1018231460777725123  # golden * golden_inverse = 1 (mod 2**64): golden is odd
 
     def shift(x: torch.Tensor, bits: int) -> torch.Tensor:  # logical right shift of int64 (`>>` keeps the sign)
         return (x >> bits) & ((1 << (64 - bits)) - 1)
 
-    counters = torch.arange(1, size + 1, device=keys.device)
-    if torch.compiler.is_compiling():  # the same values as (key * golden_inverse + v) * golden: no index times a
+    counters = torch.arange(1, size + 1, device=keys.device) if size > 1 else None
+    if counters is None:  # one a row (sampling): counter 1, `key + golden`, no index tensor
+        x = (keys + golden)[:, None]
+    elif torch.compiler.is_compiling():  # the same values as (key * golden_inverse + v) * golden: no index times a
         # 64-bit constant, which Inductor (torch <= 2.11) folds into int32 index arithmetic that Triton refuses
         # (pytorch #183901); one operation more, which the compiled kernel fuses away
         x = torch.add(counters, keys[:, None], alpha=golden_inverse).mul_(golden)
@@ -46,26 +50,23 @@ def keyed_uniform(keys: torch.Tensor, size: int) -> torch.Tensor:
     return shift(x, 40) * 2.0**-24
 
 
-def gumbel_sample(logits: torch.Tensor, temperature: float = 1.0, keys: torch.Tensor | None = None) -> torch.Tensor:
-    """Token ids drawn from `softmax(logits / temperature)` by Gumbel-max, in fp32 (ELECTRA's `sample_from_softmax`).
+@torch.no_grad()
+def sample_tokens(logits: torch.Tensor, temperature: float = 1.0, keys: torch.Tensor | None = None) -> torch.Tensor:
+    """Token ids drawn from `softmax(logits / temperature)` (ELECTRA's `sample_from_softmax`), one uniform a row:
+    the first token whose cumulative probability exceeds it (inverse CDF), in fp32, without gradient.
 
-    fp32 because Gumbel noise in half precision is biased (pytorch #41663); the 1e-9 keep `log` finite, as in
-    ELECTRA's code. `argmax(l / T + g) == argmax(l + T * g)`; the noise is built in place (it is (M, vocab) large).
+    ELECTRA draws Gumbel noise for every (row, token), (M, V) random values; the inverse CDF gives the same
+    distribution from M (issue 44: 75M hashed values per ELECTRA-small step before). `keys` (`(M,)` int64) make
+    row m's uniform a hash of its key (`keyed_uniform`), else it comes from torch's random state. A token of
+    probability 0 (the original under `disallow`: its logit -1e9) is never drawn: the CDF is flat across it.
     """
-    if keys is None:
-        noise = torch.rand(logits.shape, device=logits.device, dtype=torch.float32)
-    elif len(keys) > 1024:  # in blocks of rows: the int64 hash of a whole (M, vocab) block would take 2x the noise's
-        noise = torch.cat([keyed_uniform(block, logits.shape[-1]) for block in keys.split(1024)])  # memory
-    elif len(keys):  # one block: no split (a view), no cat (a copy)
-        noise = keyed_uniform(keys, logits.shape[-1])
-    else:
-        noise = torch.zeros(logits.shape, device=logits.device, dtype=torch.float32)
-    noise.add_(1e-9).log_().neg_().add_(1e-9).log_()  # log(-log(U)) = -Gumbel(0, 1)
-    if temperature != 1.0:
-        noise.mul_(temperature)
-    # argmax(logits + T g) as argmin(-T g - logits): the same values exactly negated, one operation fewer; logits
-    # without a gradient (ELECTRA's, sampled under no_grad) need no detach (a view)
-    return noise.sub_((logits.detach() if logits.requires_grad else logits).float()).argmin(-1)
+    logits = logits.float()
+    cdf = (logits if temperature == 1.0 else logits / temperature).softmax(-1).cumsum(-1)  # (M, V), non-decreasing
+    total = cdf[:, -1:]  # (M, 1): 1 up to rounding
+    uniform = torch.rand(len(cdf), 1, device=cdf.device) if keys is None else keyed_uniform(keys, 1)
+    # u (24 bits, at most 1 - 2**-24) times a total in (0.5, 2) rounds to below the total (to nearest, its distance
+    # exceeds half a unit in the last place): the first index whose cdf exceeds it is inside the vocabulary
+    return torch.searchsorted(cdf, uniform * total, right=True).squeeze(1)  # (M,)
 
 
 def binary_auc(scores: torch.Tensor, labels: torch.Tensor, real: torch.Tensor | None = None) -> torch.Tensor:
@@ -115,14 +116,15 @@ def chosen_tokens(
 
 @torch.no_grad()
 def fake_data(chosen: Chosen, prediction_logits, labels, input_ids, sample_keys, temperature, disallow=False):
-    """ELECTRA's `_get_fake_data`: the input unmasked, then every chosen token replaced by a Gumbel sample of the
-    generator's softmax, without gradient. `(sampled (M,), replaced_input_ids, rtd_labels (B, T))`; a token is
-    "replaced" (1) only where the sample differs from the original."""
-    sample_logits = prediction_logits.detach().float()
-    if disallow:  # the official `disallow_correct`: never sample the original
-        sample_logits[torch.arange(len(chosen.targets), device=labels.device), chosen.targets] = -1e9
+    """ELECTRA's `_get_fake_data`: the input unmasked, then every chosen token replaced by a sample of the
+    generator's softmax (`sample_tokens`), without gradient. `(sampled (M,), replaced_input_ids, rtd_labels (B,
+    T))`; a token is "replaced" (1) only where the sample differs from the original."""
+    sample_logits = prediction_logits  # read without gradient (no_grad): no detached view
+    if disallow:  # the official `disallow_correct`: never sample the original (a copy: the logits feed the MLM loss)
+        rows = torch.arange(len(chosen.targets), device=labels.device)
+        sample_logits = sample_logits.index_put((rows, chosen.targets), torch.tensor(-1e9, device=labels.device))
     keys = None if sample_keys is None else sample_keys.take(chosen.at)
-    sampled = gumbel_sample(sample_logits, temperature, keys)  # (M,)
+    sampled = sample_tokens(sample_logits, temperature, keys)  # (M,)
     original_ids = torch.where(chosen.mask, labels, input_ids)
     replaced_input_ids = original_ids.put(chosen.at, sampled)  # flat positions, the batch's shape: no views
     return sampled, replaced_input_ids, (replaced_input_ids != original_ids) & chosen.real
@@ -139,14 +141,22 @@ def rtd_loss(rtd_logits, rtd_labels, chosen: Chosen, num_items_in_batch) -> torc
 
 
 @torch.no_grad()
-def rtd_accuracies(prediction_logits, rtd_logits, rtd_labels, chosen: Chosen) -> dict:
-    """The generator's and the discriminator's accuracies, and the share of real tokens replaced."""
+def rtd_diagnostics(prediction_logits, sampled, rtd_logits, rtd_labels, chosen: Chosen) -> dict:
+    """Every RTD model's diagnostics, over the real tokens (no gradient, no host sync): the generator's accuracy
+    and its samples' (`sampled_accuracy`), the discriminator's accuracy, the share of real tokens replaced, and the
+    official ELECTRA `metric_fn`'s `disc_auc`, `disc_precision`, `disc_recall` ("replaced" at logit > 0; 0 / 0 =
+    NaN: undefined, not 0)."""
     real, n_real = chosen.real, chosen.n_real
     predicted = (rtd_logits > 0) & real
+    true_positives = (predicted & rtd_labels).sum()
     return {
         "mlm_accuracy": (prediction_logits.argmax(-1) == chosen.targets).sum() / chosen.count,
+        "sampled_accuracy": (sampled == chosen.targets).sum() / chosen.count,
         "rtd_accuracy": ((predicted == rtd_labels) & real).sum() / n_real,
         "replaced_fraction": rtd_labels.sum() / n_real,
+        "disc_auc": binary_auc(rtd_logits, rtd_labels, real),
+        "disc_precision": true_positives / predicted.sum(),
+        "disc_recall": true_positives / rtd_labels.sum(),
     }
 
 
@@ -262,21 +272,20 @@ def discriminate(model: nn.Module, input_ids: torch.Tensor, **inputs):
     return torch.func.functional_call(model.base_model, {POSITION_TABLE: positions}, (), call)
 
 
-class ReplacedTokenDetectionPreTraining:
+class ReplacedTokenDetectionPreTraining(LanguageModelLoss):
     """The step of every model with two networks, mixed in before the family's `PreTrainedModel` (ELECTRA §2,
     DeBERTa-v3 §3, the RTD cells): the generator's masked LM on the chosen tokens, a sample at every one of them
     (`fake_data`), the discriminator on the result (`rtd_loss`); `loss = w_G * mlm + w_D * rtd`.
 
     A model names its parts: `generator` and the discriminator's encoder (`base_model`), `generator_logits` (the
-    generator's head on the chosen tokens), `rtd_logits` (the discriminator's head); `discriminate` shares the
+    generator's head on the chosen tokens), `rtd_logits` (the discriminator's head); the diagnostics are the same
+    for every model (`rtd_diagnostics`); `discriminate` shares the
     embeddings as its config says (GDES through `add_gdes`, ES by tied tables).
     """
 
     accepts_loss_kwargs = True  # each loss is normalised by its `num_items_in_batch` count (`outputs.step_mean`)
     _auto_class = "AutoModelForPreTraining"
     takes_return_metrics = True  # `BertologyTrainer` asks for the metrics at the steps it logs only
-    logits_name = "prediction_logits"  # the output field of the generator's logits
-    returns_fake_data = True  # the output also holds the discriminator's input and labels
     training_stage = "joint"  # ELECTRA's two-stage training: "generator", then "discriminator" (§3.2)
 
     def post_init(self):
@@ -295,9 +304,6 @@ class ReplacedTokenDetectionPreTraining:
 
     def gdes_pairs(self) -> list[tuple[nn.Parameter, nn.Parameter, nn.Parameter]]:
         return gdes_pairs(self)
-
-    def rtd_metrics(self, prediction_logits, sampled, rtd_logits, rtd_labels, chosen: Chosen) -> dict:
-        return rtd_accuracies(prediction_logits, rtd_logits, rtd_labels, chosen)
 
     def replaced_token_detection_step(
         self,
@@ -338,9 +344,11 @@ class ReplacedTokenDetectionPreTraining:
         frozen_generator = self.training_stage == "discriminator"
         with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen_generator):
             prediction_logits = self.generator_logits(input_ids, chosen, inputs)  # (M, V)
-        mlm_sum = F.cross_entropy(prediction_logits.float(), chosen.targets, reduction="sum")
+        mlm_sum = self.lm_loss_sum(prediction_logits, chosen.targets)  # the language-model loss (`lm_loss`)
         mlm_loss = mlm_sum / step_mean(num_items_in_batch, "labels", chosen.count, chosen.count)
-        out = {self.logits_name: prediction_logits, "mlm_loss": mlm_loss}
+        # one output contract for every RTD model (the generator's logits are `prediction_logits`), whichever step
+        # mixin a composed cell also has
+        out = {"prediction_logits": prediction_logits, "mlm_loss": mlm_loss}
         if self.training_stage == "generator":
             accuracy = (
                 (prediction_logits.argmax(-1) == chosen.targets).sum() / chosen.count if return_metrics else None
@@ -363,9 +371,8 @@ class ReplacedTokenDetectionPreTraining:
         if not frozen_generator:  # (a weight of 1, the papers', multiplies nothing: one operation fewer)
             loss = loss + (mlm_loss if config.generator_weight == 1.0 else config.generator_weight * mlm_loss)
         if return_metrics:
-            out.update(self.rtd_metrics(prediction_logits, sampled, rtd_logits, rtd_labels, chosen))
-        if self.returns_fake_data:
-            out.update(replaced_input_ids=replaced_input_ids, rtd_labels=rtd_labels.long())
+            out.update(rtd_diagnostics(prediction_logits, sampled, rtd_logits, rtd_labels, chosen))
+        out.update(replaced_input_ids=replaced_input_ids, rtd_labels=rtd_labels.long())
         return BertologyForPreTrainingOutput(
             loss=loss,
             rtd_logits=rtd_logits,

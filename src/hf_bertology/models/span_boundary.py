@@ -7,7 +7,6 @@ p_{i-s} in the span. Used by SpanBERT and by every cell that adds SBO (`modeling
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformers.activations import ACT2FN
 
@@ -80,9 +79,9 @@ class SpanTargets(NamedTuple):
     target_positions: torch.Tensor | None = None
 
 
-def span_boundary_loss(sbo: SpanBoundaryHead, states, span: SpanTargets, n_masked, num_items_in_batch):
-    """SBO on its targets only: `(N, V)` logits, the summed cross-entropy over the step's SBO-target count, and the
-    accuracy."""
+def span_boundary_loss(sbo: SpanBoundaryHead, states, span: SpanTargets, n_masked, num_items_in_batch, lm_loss_sum):
+    """SBO on its targets only: `(N, V)` logits, the summed language-model loss (`lm_loss_sum`, the model's hook:
+    SBO predicts vocabulary tokens) over the step's SBO-target count, and the accuracy."""
     if span.boundaries is None or span.relative_positions is None:
         raise ValueError("sbo_labels need sbo_boundaries and sbo_relative_positions (the span collator's)")
     has_target = span.labels.ne(-100)  # (B, T)
@@ -95,6 +94,5 @@ def span_boundary_loss(sbo: SpanBoundaryHead, states, span: SpanTargets, n_maske
     logits = sbo(ends[:, 0], ends[:, 1], span.relative_positions.flatten().index_select(0, at))
     n_sbo = has_target.sum()
     n_masked = n_sbo if n_masked is None else n_masked
-    loss_sum = F.cross_entropy(logits.float(), sbo_targets, reduction="sum")
-    loss = loss_sum / step_mean(num_items_in_batch, "sbo_labels", n_sbo, n_masked)
+    loss = lm_loss_sum(logits, sbo_targets) / step_mean(num_items_in_batch, "sbo_labels", n_sbo, n_masked)
     return logits, loss, (logits.argmax(-1) == sbo_targets).sum() / n_sbo

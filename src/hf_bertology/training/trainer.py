@@ -106,6 +106,7 @@ class BertologyTrainer(OfficialOptimizers, Trainer):
         self._tokens_pending: torch.Tensor | None = None  # real tokens seen since the last read (on the device)
         self._model_label_names = list(self.label_names)  # every label the model's forward takes
         self._compile_fallback = EagerFallback()  # 7.
+        self._smooth_in_the_model()
         # The training dataloader's collator, wrapped (evaluation batches must not count).
         self._recorder = RngRecordingCollator(self.data_collator) if self.data_collator is not None else None
         if hasattr(self.data_collator, "set_run_seed"):  # masks keyed by (seed, epoch, example id)
@@ -304,6 +305,15 @@ class BertologyTrainer(OfficialOptimizers, Trainer):
             rotate(run_dir, limit, keep=(self.state.best_model_checkpoint,), just_marked=folder)
 
     # -- 2. component losses ---------------------------------------------------------------------------------
+    def _smooth_in_the_model(self) -> None:
+        """`--label_smoothing_factor` goes into the model's language-model loss (`models/lm_loss.py`), in training
+        and evaluation as transformers smooths: its `LabelSmoother` reads `outputs["logits"]` against the dense
+        labels, which our sparse heads and their several losses do not return (it would fail), and it would smooth
+        the sentence and RTD losses' total."""
+        if self.label_smoother is not None and hasattr(self.model, "label_smoothing"):
+            self.model.label_smoothing = self.label_smoother.epsilon
+            self.label_smoother = None
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if model.training and self._takes_return_metrics():
             inputs = {**inputs, "return_metrics": self._logs_this_step()}
