@@ -177,7 +177,9 @@ def subset_inputs(backbone: nn.Module, *positions: torch.Tensor | None, inputs: 
     if not _subsets(backbone, inputs or {}):
         return {}
     parts = [p for p in positions if p is not None]
-    return {KEY: parts[0] if len(parts) == 1 else torch.cat(parts)}
+    at = parts[0] if len(parts) == 1 else torch.cat(parts)
+    # no row to read (a batch with no labelled token): the full layer, whose pooler reads a first token (a shape, no sync)
+    return {KEY: at} if at.numel() else {}
 
 
 def first_tokens(labels: torch.Tensor, cu_seq_lens: torch.Tensor | None) -> torch.Tensor:
