@@ -7,6 +7,7 @@ import torch
 from transformers import BertModel, RobertaModel, TrainingArguments
 
 import hf_bertology as hb
+from hf_bertology.recipes.backbones import BACKBONES
 from hf_bertology.recipes.base import parse_overrides
 from hf_bertology.training.arguments import apply_defaults, explicit_keys
 
@@ -143,3 +144,15 @@ def test_recipe_settings_win_over_cuda_defaults_and_flags_over_both(recipe_name,
     flag = TrainingArguments(output_dir=str(tmp_path), optim="adamw_torch", dataloader_num_workers=0)
     args = arguments.training_arguments(flag, recipe, {"optim", "dataloader_num_workers"})
     assert args.optim == "adamw_torch" and args.dataloader_num_workers == 0
+
+
+@pytest.mark.parametrize("name", sorted(BACKBONES))
+def test_backbone_row_states_its_first_position(name):
+    """`Backbone.first_position` (read by the recipes and the run's length checks) says what the family's embeddings
+    do (`configuration_recipe.first_position`, read by the models): RoBERTa's positions start after the padding."""
+    from hf_bertology.models.configuration_recipe import first_position
+
+    recipe = hb.get_recipe("roberta-tiny", backbone=name)
+    pad = recipe.config.pad_token_id
+    assert first_position(recipe.build_model().base_model.embeddings) == BACKBONES[name].first_position(pad)
+    assert BACKBONES[name].first_position(pad) == (pad + 1 if name == "roberta" else 0)

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from .recipes.recipe import VARIANTS
 from .utils import BertologyError, logger, run_command
 
 CARD_TEMPLATE = """---
@@ -120,20 +121,6 @@ PART_USE = {
 }
 LICENSE = "apache-2.0"  # hf_bertology's; pass `license=` for a corpus whose terms differ
 
-OBJECTIVES = {
-    "bert": "masked LM (exact count, 80/10/10) + next-sentence prediction",
-    "roberta": "masked LM with dynamic masking (exact count, 80/10/10), FULL-SENTENCES blocks, no NSP",
-    "spanbert": "geometric span masking over whole words (15%, 80/10/10 per span) + span boundary objective, no NSP",
-    "albert": "n-gram masked LM over whole words (n <= 3, 15%, 80/10/10) + sentence-order prediction",
-    "xlnet": "permutation LM (two-stream attention): 1/6 of the tokens, in whole-word spans, predicted in a random "
-    "factorisation order; memory of the previous segment",
-    "electra": "replaced-token detection: generator MLM (exact count, 85% [MASK] / 15% kept) + 50 x discriminator "
-    "BCE over all tokens on Gumbel-sampled replacements, shared embeddings",
-    "deberta-v3": "replaced-token detection (DeBERTa-v3): half-depth generator MLM (exact count, all [MASK]) + 50 x "
-    "discriminator BCE over all tokens, gradient-disentangled embedding sharing (or ES/NES, see the recipe)",
-    "modernbert": "masked LM with 30% dynamic masking (80/10/10), whole documents packed and kept apart, sparse prediction",
-}
-
 
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
@@ -229,7 +216,7 @@ def write_model_card(
         name=repo_id or Path(shown_as or output_dir).name,
         variant=variant,
         recipe=recipe,
-        objective=OBJECTIVES.get(variant, variant),
+        objective=VARIANTS[variant].card_objective if variant in VARIANTS else variant,
         corpus=corpus,
         steps=_fmt(steps),
         tokens=_fmt(tokens_seen),

@@ -10,7 +10,7 @@ says the joint `model_type` (`configuration_recipe.JointConfig`). docs/recipes/c
 
 from transformers import AlbertConfig, BertConfig, DebertaV2Config, ElectraConfig, ModernBertConfig, RobertaConfig
 
-from .configuration_recipe import JointConfig
+from .configuration_recipe import JointConfig, check_masking
 
 # config.json's `model_type` of an RTD objective on family `{}` (`to_diff_dict`); read back as the family's.
 JOINT_MODEL_TYPE = "bertology-rtd-{}-joint"
@@ -68,6 +68,7 @@ class ComposedObjectiveConfig(JointConfig):
                 ("sbo_position_embedding_size", 200),
             ):
                 kwargs.setdefault(name, default)
+        check_masking(kwargs)  # the objective's masking fields ride in kwargs
         self.objective = objective
         self.sentence_task = sentence_task
         self.span_boundary_objective = span_boundary_objective
@@ -118,7 +119,7 @@ def generator_config(config):
     generator.num_attention_heads = max(1, generator.hidden_size // head_size)
     generator.intermediate_size = max(1, round(config.intermediate_size * config.generator_hidden_fraction))
     generator.num_hidden_layers = max(1, round(config.num_hidden_layers * config.generator_layers_fraction))
-    if config.model_type == "deberta-v2" and generator.hidden_size != config.hidden_size:
+    if isinstance(config, DebertaV2Config) and generator.hidden_size != config.hidden_size:  # `embed_proj`
         generator.embedding_size = getattr(config, "embedding_size", config.hidden_size)
     generator.tie_word_embeddings = False  # tied at the top level (to the discriminator's table under "es")
     generator.replaced_token_detection = False

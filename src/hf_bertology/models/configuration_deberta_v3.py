@@ -9,7 +9,7 @@ docs/recipes/deberta_v3.md.
 
 from transformers import DebertaV2Config
 
-from .configuration_recipe import JointConfig, check_masking, plain_config
+from .configuration_recipe import JointConfig, plain_config, set_fields
 
 # What config.json of a joint run says (`to_diff_dict`); `get_config_dict` reads it back as DebertaV2Config's type.
 JOINT_MODEL_TYPE = "bertology-deberta-v3-joint"
@@ -97,7 +97,6 @@ class BertologyDebertaV3Config(JointConfig, DebertaV2Config):
             raise ValueError(
                 f"embedding_sharing must be one of {', '.join(EMBEDDING_SHARING)}, got {embedding_sharing!r}"
             )
-        check_masking(mlm_probability, mask_replace_prob, random_replace_prob, max_predictions_per_seq)
         if generator_num_hidden_layers is not None and generator_num_hidden_layers < 1:
             raise ValueError(f"generator_num_hidden_layers must be >= 1 or None, got {generator_num_hidden_layers}")
         if generator_weight < 0 or discriminator_weight < 0:
@@ -106,20 +105,8 @@ class BertologyDebertaV3Config(JointConfig, DebertaV2Config):
             raise ValueError(f"sampling_temperature must be > 0, got {sampling_temperature}")
         if mask_positions not in MASK_POSITIONS:
             raise ValueError(f"mask_positions must be one of {', '.join(MASK_POSITIONS)}, got {mask_positions!r}")
-        for key, value in DEBERTA_V3_ARCHITECTURE.items():
-            kwargs.setdefault(key, value)
-        self.embedding_sharing = embedding_sharing
-        self.generator_num_hidden_layers = generator_num_hidden_layers
-        self.mlm_probability = mlm_probability
-        self.max_predictions_per_seq = max_predictions_per_seq
-        self.mask_replace_prob = mask_replace_prob
-        self.random_replace_prob = random_replace_prob
-        self.whole_word_mask = whole_word_mask
-        self.generator_weight = generator_weight
-        self.discriminator_weight = discriminator_weight
-        self.sampling_temperature = sampling_temperature
-        self.mask_positions = mask_positions
-        self.input_format = input_format
+        kwargs = {**DEBERTA_V3_ARCHITECTURE, **kwargs}
+        set_fields(self, locals())
         super().__init__(**kwargs)
 
 

@@ -8,7 +8,7 @@ run's config.json says `bertology-electra-joint` (`configuration_recipe.JointCon
 
 from transformers import ElectraConfig
 
-from .configuration_recipe import JointConfig, check_masking, plain_config, set_fields
+from .configuration_recipe import JointConfig, plain_config, set_fields
 
 # What config.json of a joint run says (`to_diff_dict`); `get_config_dict` reads it back as ElectraConfig's type.
 JOINT_MODEL_TYPE = "bertology-electra-joint"
@@ -76,7 +76,6 @@ class BertologyElectraConfig(JointConfig, ElectraConfig):
         kwargs.pop("model_type", None)  # a saved one (the joint type) must not hide the class's "electra"
         if not 0.0 < generator_hidden_fraction <= 1.0:
             raise ValueError(f"generator_hidden_fraction must be in (0, 1], got {generator_hidden_fraction}")
-        check_masking(mlm_probability, mask_replace_prob, random_replace_prob, max_predictions_per_seq)
         if generator_weight < 0 or discriminator_weight < 0:
             raise ValueError("generator_weight and discriminator_weight must be >= 0")
         if sampling_temperature <= 0:

@@ -93,6 +93,9 @@ VARIANT = Variant(
             may_lack=("deberta.embeddings.position_embeddings.weight",),  # its EMD positions: checkpoints before EMD
         ),
     ),
+    card_objective="replaced-token detection (DeBERTa-v3): half-depth generator MLM (exact count, all [MASK]) + 10 x "
+    "discriminator BCE over all tokens (the official script's lambda), gradient-disentangled embedding sharing (or "
+    "ES/NES, see the recipe)",
 )
 
 

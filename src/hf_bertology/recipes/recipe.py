@@ -15,9 +15,11 @@ from . import albert, bert, deberta_v3, electra, modernbert, roberta, spanbert, 
 from .backbones import BACKBONES, PART_FIELDS
 from .base import CONFIG_ERRORS, Network, Variant, _fields, _one_line, check_override_keys
 
-FAMILIES = (bert, roberta, spanbert, albert, xlnet, electra, deberta_v3, modernbert)
-VARIANTS: dict[str, Variant] = {family.VARIANT.name: family.VARIANT for family in FAMILIES}
-PRESETS: dict[str, dict[str, Any]] = {name: preset for family in FAMILIES for name, preset in family.PRESETS.items()}
+FAMILY_MODULES = (bert, roberta, spanbert, albert, xlnet, electra, deberta_v3, modernbert)
+VARIANTS: dict[str, Variant] = {family.VARIANT.name: family.VARIANT for family in FAMILY_MODULES}
+PRESETS: dict[str, dict[str, Any]] = {
+    name: preset for family in FAMILY_MODULES for name, preset in family.PRESETS.items()
+}
 
 
 @dataclass

@@ -13,7 +13,7 @@ import torch
 from transformers import AutoTokenizer, TrainingArguments
 
 from ..joint import joint_config, load_parts
-from ..recipes.backbones import BACKBONES
+from ..recipes.backbones import BACKBONES, backbone_of
 from ..recipes.base import check_override_keys, parse_overrides
 from ..recipes.networks import Kind, kind_of
 from ..recipes.recipe import Recipe
@@ -204,12 +204,13 @@ NO_POSITION_TABLE = 1 << 30  # `max_positions` of a model with relative position
 
 
 def max_positions(config) -> int:
-    """How many tokens the model's position table holds (RoBERTa's starts after the padding index)."""
+    """How many tokens the model's position table holds (`Backbone.first_position`: RoBERTa's starts after the
+    padding index)."""
     limit = getattr(config, "max_position_embeddings", None)
     if limit is None or limit <= 0:  # relative positions (XLNet): no table
         return NO_POSITION_TABLE
-    offset = config.pad_token_id + 1 if config.model_type == "roberta" and config.pad_token_id is not None else 0
-    return limit - offset
+    backbone = backbone_of(config)
+    return limit - (backbone.first_position(config.pad_token_id) if backbone else 0)
 
 
 def check_lengths(config, max_seq_length: int) -> None:
