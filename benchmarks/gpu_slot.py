@@ -129,8 +129,8 @@ def speed(args: argparse.Namespace) -> int:
     cuda = torch.cuda.is_available()
     recipes = args.recipes.split(",") if args.recipes else FAMILIES
     variants = {r: get_recipe(r) for r in recipes}
-    fixed = {r for r, recipe in variants.items() if recipe.spec.padding_free}
-    plain = {r for r, recipe in variants.items() if recipe.variant in step_cost.PLAIN_CLASSES}
+    fixed = {r for r, recipe in variants.items() if recipe.variant.padding_free}
+    plain = {r for r, recipe in variants.items() if recipe.variant_name in step_cost.PLAIN_CLASSES}
     plan = speed_plan(recipes, fixed, plain)
     if args.smoke or not cuda:  # compiling on a CPU would only time the compiler: the same runs, eager
         plan = list(dict.fromkeys((r, which, False) for r, which, _ in plan))

@@ -452,7 +452,7 @@ def test_saved_gdes_table_is_the_merged_sum(tmp_path):
     assert torch.equal(loaded.gdes.delta, model.gdes.delta) and not discriminator_table(loaded).requires_grad
     for (name, a), b in zip(model.state_dict().items(), loaded.state_dict().values()):
         assert torch.equal(a, b), name
-    hb.export_deberta_v3(tmp_path / "ckpt", tmp_path / "disc", "discriminator")
+    hb.export_part(tmp_path / "ckpt", tmp_path / "disc", "discriminator")
     exported = DebertaV2Model.from_pretrained(tmp_path / "disc")
     assert torch.allclose(exported.embeddings.word_embeddings.weight, merged)
 
@@ -467,8 +467,8 @@ def test_a_checkpoint_from_before_emd_still_exports(tmp_path):
     weights = load_file(tmp_path / "ckpt" / "model.safetensors")
     del weights["generator.deberta.embeddings.position_embeddings.weight"]
     save_file(weights, tmp_path / "ckpt" / "model.safetensors", metadata={"format": "pt"})
-    hb.export_deberta_v3(tmp_path / "ckpt", tmp_path / "gen", "generator")
-    hb.export_deberta_v3(tmp_path / "ckpt", tmp_path / "disc", "discriminator")
+    hb.export_part(tmp_path / "ckpt", tmp_path / "gen", "generator")
+    hb.export_part(tmp_path / "ckpt", tmp_path / "disc", "discriminator")
     generator = load_file(tmp_path / "gen" / "model.safetensors")
     assert torch.equal(generator["deberta.embeddings.word_embeddings.weight"], weights[f"generator.deberta.{WORD}"])
     discriminator = load_file(tmp_path / "disc" / "model.safetensors")
@@ -515,8 +515,8 @@ def test_plain_transformers_loads_discriminator_and_generator(tmp_path):
     ids = torch.randint(5, VOCAB, (2, 10), generator=torch.Generator().manual_seed(0))
     ckpt = tmp_path / "ckpt"
     model.save_pretrained(ckpt)
-    hb.export_deberta_v3(ckpt, tmp_path / "gen", "generator")
-    hb.export_deberta_v3(ckpt, tmp_path / "disc", "discriminator")
+    hb.export_part(ckpt, tmp_path / "gen", "generator")
+    hb.export_part(ckpt, tmp_path / "disc", "discriminator")
     script = tmp_path / "plain.py"
     script.write_text(textwrap.dedent(PLAIN_TRANSFORMERS))
     run = subprocess.run(

@@ -212,7 +212,7 @@ def test_losses_equal_the_references_on_a_padded_batch(name, corpus):
     [
         n
         for n in CASES
-        if BACKBONES[get_recipe(n.split("@")[0]).spec.backbone if "@" not in n else n.split("@")[1]].packable
+        if BACKBONES[get_recipe(n.split("@")[0]).variant.backbone if "@" not in n else n.split("@")[1]].packable
     ],
 )
 def test_losses_equal_the_references_on_a_padding_free_batch(name, corpus):

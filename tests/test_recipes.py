@@ -18,7 +18,7 @@ def test_registry_lists_every_size_of_each_variant():
         for size in ("base", "large", "mini", "tiny"):
             assert f"{variant}-{size}" in names
     recipe = hb.get_recipe("roberta-mini", num_hidden_layers=2)
-    assert recipe.variant == "roberta" and recipe.tokenizer_type == "bpe"
+    assert recipe.variant_name == "roberta" and recipe.tokenizer_type == "bpe"
     assert recipe.config.num_hidden_layers == 2 and recipe.config.hidden_size == 256
     assert isinstance(recipe.config, hb.BertologyRobertaConfig)
     with pytest.raises(hb.BertologyError, match="unknown recipe"):
@@ -57,7 +57,7 @@ def test_every_variant_has_the_readme_mini_and_tiny_sizes(variant):
     for name in names:
         recipe = hb.get_recipe(name)
         assert type(recipe.config) is hb.VARIANTS[variant].config_class
-        assert recipe.config.model_type == FAMILY[variant] and recipe.variant == variant
+        assert recipe.config.model_type == FAMILY[variant] and recipe.variant_name == variant
 
 
 @pytest.mark.parametrize(
@@ -139,7 +139,7 @@ def test_recipe_settings_win_over_cuda_defaults_and_flags_over_both(recipe_name,
     args = arguments.training_arguments(TrainingArguments(output_dir=str(tmp_path)), recipe, set())
     for key, value in {**buildable, **recipe.training_defaults}.items():
         assert _value(args, key, value) == value, (key, getattr(args, key))
-    if recipe.variant == "modernbert" and recipe.backbone is None:
+    if recipe.variant_name == "modernbert" and recipe.backbone is None:
         assert args.optim == "stable_adamw"
     flag = TrainingArguments(output_dir=str(tmp_path), optim="adamw_torch", dataloader_num_workers=0)
     args = arguments.training_arguments(flag, recipe, {"optim", "dataloader_num_workers"})

@@ -62,7 +62,7 @@ def flatten_batch(batch: dict[str, torch.Tensor]) -> dict[str, Any]:
             flat[key] = value  # per-example keys: (B,), kept
     starts = flat.pop("document_starts", None)
     if starts is not None:  # packed documents: the units are the documents of every row
-        flat.update(document_units(starts[0].bool() | _row_starts(lengths)))
+        flat.update(varlen_keys(starts[0].bool() | _row_starts(lengths)))
     else:
         flat["position_ids"] = positions.unsqueeze(0)  # (1, T)
         flat["cu_seq_lens_q"] = flat["cu_seq_lens_k"] = cu_seqlens
@@ -86,7 +86,7 @@ def _row_starts(lengths: torch.Tensor) -> torch.Tensor:
     return starts
 
 
-def document_units(starts: torch.Tensor) -> dict[str, Any]:
+def varlen_keys(starts: torch.Tensor) -> dict[str, Any]:
     """The variable-length keys of a flat row whose units begin where `starts` (`(T,)` bool) is True."""
     total = starts.numel()
     begin = starts.nonzero().squeeze(1)  # (D,) first token of every document

@@ -222,7 +222,7 @@ def pretrain_recipe(args: CompareArguments, name: str, vocab_size: int, max_seq_
     metrics = pretrain.main(argv, callbacks=[budget])
     record = {
         "recipe": name,
-        "variant": get_recipe(name).variant,
+        "variant": get_recipe(name).variant_name,
         "budget": {"flops": args.budget_flops, "minutes": args.budget_minutes},
         "settings": pretrain_settings(args, vocab_size, max_seq_length),
         **budget.summary(),

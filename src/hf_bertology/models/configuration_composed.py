@@ -14,7 +14,7 @@ from .configuration_recipe import JointConfig, check_masking
 
 # config.json's `model_type` of an RTD objective on family `{}` (`to_diff_dict`); read back as the family's.
 JOINT_MODEL_TYPE = "bertology-rtd-{}-joint"
-SENTENCE_TASKS = (None, "nsp", "sop")
+SENTENCE_TASK_CHOICES = (None, "nsp", "sop")
 EMBEDDING_SHARING = ("gdes", "es", "nes")
 
 
@@ -53,8 +53,8 @@ class ComposedObjectiveConfig(JointConfig):
         **kwargs,
     ):
         kwargs.pop("model_type", None)  # a saved one (the joint type) must not hide the family's
-        if sentence_task not in SENTENCE_TASKS:
-            raise ValueError(f"sentence_task must be one of {SENTENCE_TASKS}, got {sentence_task!r}")
+        if sentence_task not in SENTENCE_TASK_CHOICES:
+            raise ValueError(f"sentence_task must be one of {SENTENCE_TASK_CHOICES}, got {sentence_task!r}")
         if embedding_sharing not in EMBEDDING_SHARING:
             raise ValueError(f"embedding_sharing must be one of {EMBEDDING_SHARING}, got {embedding_sharing!r}")
         if not (0 < generator_hidden_fraction <= 1 and 0 < generator_layers_fraction <= 1):

@@ -9,7 +9,7 @@ docs/recipes/deberta_v3.md.
 
 from transformers import DebertaV2Config
 
-from .configuration_recipe import JointConfig, plain_config, set_fields
+from .configuration_recipe import JointConfig, drop_recipe_fields, set_fields
 
 # What config.json of a joint run says (`to_diff_dict`); `get_config_dict` reads it back as DebertaV2Config's type.
 JOINT_MODEL_TYPE = "bertology-deberta-v3-joint"
@@ -112,7 +112,7 @@ class BertologyDebertaV3Config(JointConfig, DebertaV2Config):
 
 def discriminator_config(config: DebertaV2Config) -> DebertaV2Config:
     """The discriminator's architecture as a plain `DebertaV2Config` (no recipe fields, no `auto_map`)."""
-    return plain_config(config, DebertaV2Config, BertologyDebertaV3Config)
+    return drop_recipe_fields(config, DebertaV2Config, BertologyDebertaV3Config)
 
 
 def generator_config(config: DebertaV2Config) -> DebertaV2Config:

@@ -8,7 +8,7 @@ run's config.json says `bertology-electra-joint` (`configuration_recipe.JointCon
 
 from transformers import ElectraConfig
 
-from .configuration_recipe import JointConfig, plain_config, set_fields
+from .configuration_recipe import JointConfig, drop_recipe_fields, set_fields
 
 # What config.json of a joint run says (`to_diff_dict`); `get_config_dict` reads it back as ElectraConfig's type.
 JOINT_MODEL_TYPE = "bertology-electra-joint"
@@ -104,7 +104,7 @@ class BertologyElectraConfig(JointConfig, ElectraConfig):
 
 def discriminator_config(config: ElectraConfig) -> ElectraConfig:
     """The discriminator's architecture as a plain `ElectraConfig` (no recipe fields, no `auto_map`)."""
-    return plain_config(config, ElectraConfig, BertologyElectraConfig)
+    return drop_recipe_fields(config, ElectraConfig, BertologyElectraConfig)
 
 
 def generator_config(config: ElectraConfig) -> ElectraConfig:

@@ -67,7 +67,7 @@ class JointConfig:
         return output
 
 
-def plain_config(config, plain_class, recipe_class):
+def drop_recipe_fields(config, plain_class, recipe_class):
     """The architecture of `config` as a plain `plain_class` config: without `recipe_class`'s own fields (its
     `__init__`'s arguments: the objective's) and `auto_map`."""
     recipe_fields = inspect.signature(recipe_class.__init__).parameters

@@ -72,7 +72,7 @@ def pretraining_losses(
     return_metrics: bool = True,
     return_logits: bool | None = None,
 ) -> dict:
-    """BERT's and ALBERT's step: masked LM through `mlm_head` (`(logits or None, summed loss, predicted ids)`: BERT's
+    """Every masked-LM model's step: masked LM through `mlm_head` (`(logits or None, summed loss, predicted ids)`: BERT's
     fuses the output layer with the loss) plus the sentence task of `key`, given labels; the output's fields."""
     at, targets = labelled(labels, target_positions)
     states = sequence_output.flatten(0, 1).index_select(0, at)  # (M, H): the labelled tokens

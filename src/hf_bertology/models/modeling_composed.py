@@ -195,7 +195,7 @@ class ComposedForPreTraining(MaskedLMPreTraining, ReplacedTokenDetectionPreTrain
         **inputs,
     ) -> BertologyForPreTrainingOutput:
         """The objective's step: `pretraining_step`'s (masked LM, the sentence task, SBO) or, with replaced-token
-        detection, `_replaced_token_detection`'s; every label the config may switch on is named here."""
+        detection, `replaced_token_detection_step`'s; every label the config may switch on is named here."""
         if self.rtd:
             return self.replaced_token_detection_step(input_ids, attention_mask, labels, **inputs)
         sentence_label = next_sentence_label if self.config.sentence_task == "nsp" else sentence_order_label

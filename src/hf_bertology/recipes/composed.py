@@ -148,7 +148,7 @@ def compose(name: str, variant: Variant, backbone_name: str, overrides: dict[str
         raise BertologyError(f"{name}@{backbone.name}: {_one_line(err)}") from None
     return Recipe(
         name=f"{name}@{backbone.name}",
-        variant=variant.name,
+        variant_name=variant.name,
         config=config,
         training_defaults=dict(preset["training"]),
         vocab_size=objective_config.vocab_size,
@@ -177,10 +177,10 @@ def rtd_networks(backbone: Backbone) -> tuple[Network, Network]:
     family = base_class.config_class
 
     def discriminator(joint):
-        return plain_config(joint.config, family)
+        return keep_family_fields(joint.config, family)
 
     def generator(joint):
-        plain = plain_config(joint.generator.config, family)
+        plain = keep_family_fields(joint.generator.config, family)
         plain.tie_word_embeddings = True
         if backbone.legacy_generator_head:
             plain.legacy = True  # the released generator's names (deberta_v3.LEGACY_HEAD)
@@ -197,7 +197,7 @@ def rtd_networks(backbone: Backbone) -> tuple[Network, Network]:
 OPTIONAL_FIELDS = ("embedding_size",)
 
 
-def plain_config(config, config_class):
+def keep_family_fields(config, config_class):
     """`config` as the family's own config: only the fields that class has (no recipe fields, no `auto_map`).
     `layer_types` is cut to the depth (a generator's config was made shallower after construction, and the network
     built the first `num_hidden_layers` of them)."""

@@ -50,7 +50,7 @@ def write_outputs(trainer, recipe: Recipe, data_args: DataArguments, metrics: di
 def write_final_folder(trainer, recipe, data_args, metrics, push_args, folder: Path, shown_as: Path) -> None:
     """Every file of the final folder, written into `folder`: a joint model's part folders, then the folder itself
     and its card, which names them; the cards name `shown_as`, where it will be."""
-    card = dict(recipe=recipe.name, variant=recipe.variant, corpus=describe_corpus(data_args))
+    card = dict(recipe=recipe.name, variant=recipe.variant_name, corpus=describe_corpus(data_args))
     write_part_folders(
         trainer.model,
         recipe.networks,
@@ -70,7 +70,7 @@ def write_final_folder(trainer, recipe, data_args, metrics, push_args, folder: P
         folder,
         trainer.model,
         recipe=recipe.name,
-        variant=recipe.variant,
+        variant=recipe.variant_name,
         corpus=describe_corpus(data_args),
         steps=trainer.state.global_step,
         tokens_seen=int(trainer.state.num_input_tokens_seen or 0),

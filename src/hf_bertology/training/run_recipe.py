@@ -57,7 +57,7 @@ def check_family(source: str, recipe: Recipe, kind: Kind | None) -> None:
         )
     variant = kind.variant if kind is not None else None
     backbone = kind.backbone.name if variant is not None and kind.backbone is not None else None
-    if variant is not None and (variant.name, backbone) != (recipe.variant, recipe.backbone):
+    if variant is not None and (variant.name, backbone) != (recipe.variant_name, recipe.backbone):
         # its config carries its own objective's fields and auto_map: read into this recipe's config class, they
         # would make a folder that names modeling code it does not hold
         written = variant.name + (f"@{backbone}" if backbone else "")
