@@ -73,7 +73,7 @@ def test_presets_follow_the_official_rtd_configs():
         config = hb.get_recipe(f"deberta-v3-{size}").config
         assert (config.num_hidden_layers, config.hidden_size, config.num_attention_heads) == (layers, hidden, heads)
         assert config.intermediate_size == 4 * hidden and config.vocab_size == 128100
-        generator = hb.models.configuration_deberta_v3.generator_config(config)
+        generator = hb.models.configuration_recipe.generator_config(config)
         assert (generator.num_hidden_layers, generator.hidden_size, generator.legacy) == (gen_layers, hidden, False)
     config = hb.get_recipe("deberta-v3-base").config
     assert config.model_type == "deberta-v2" and config.embedding_sharing == "gdes"

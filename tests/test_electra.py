@@ -70,10 +70,10 @@ def shared_pointers(model: BertologyElectraForPreTraining) -> dict[str, tuple[in
 
 def test_generator_is_derived_from_the_discriminator():
     config = hb.get_recipe("electra-small").config
-    model_gen = hb.models.configuration_electra.generator_config(config)
+    model_gen = hb.models.configuration_recipe.generator_config(config)
     assert (model_gen.hidden_size, model_gen.num_attention_heads, model_gen.intermediate_size) == (64, 1, 256)
     assert model_gen.num_hidden_layers == 12 and model_gen.embedding_size == 128
-    base = hb.models.configuration_electra.generator_config(hb.get_recipe("electra-base").config)
+    base = hb.models.configuration_recipe.generator_config(hb.get_recipe("electra-base").config)
     assert (base.hidden_size, base.num_attention_heads, base.intermediate_size, base.embedding_size) == (
         256,
         4,
@@ -82,7 +82,7 @@ def test_generator_is_derived_from_the_discriminator():
     )
     large = hb.get_recipe("electra-large").config
     assert large.mlm_probability == 0.25 and large.max_predictions_per_seq == 130
-    assert hb.models.configuration_electra.generator_config(large).hidden_size == 256
+    assert hb.models.configuration_recipe.generator_config(large).hidden_size == 256
     assert config.discriminator_weight == 50.0 and config.generator_weight == 1.0
     assert (config.mask_replace_prob, config.random_replace_prob, config.max_predictions_per_seq) == (0.85, 0.0, 19)
 

@@ -91,6 +91,27 @@ class ComposedObjectiveConfig(JointConfig):
     def writes_joint_type(self) -> bool:  # two networks only with replaced-token detection
         return self.replaced_token_detection
 
+    def discriminator_config(self):
+        """The family's own config with every field of this one (the recipe's stay as attributes)."""
+        return type(self).__bases__[-1](**self.to_dict())
+
+    def generator_sizes(self) -> dict:
+        """The RTD generator's: `generator_hidden_fraction` of the width (heads of the same size, FFN scaled alike)
+        and `generator_layers_fraction` of the depth; a factorised embedding (ALBERT, ELECTRA, DeBERTa
+        `embedding_size`) keeps the discriminator's width so the tables can be shared."""
+        head_size = self.hidden_size // self.num_attention_heads
+        hidden_size = max(head_size, round(self.hidden_size * self.generator_hidden_fraction))
+        sizes = {
+            "hidden_size": hidden_size,
+            "num_attention_heads": max(1, hidden_size // head_size),
+            "intermediate_size": max(1, round(self.intermediate_size * self.generator_hidden_fraction)),
+            "num_hidden_layers": max(1, round(self.num_hidden_layers * self.generator_layers_fraction)),
+        }
+        if isinstance(self, DebertaV2Config) and hidden_size != self.hidden_size:  # `embed_proj`
+            sizes["embedding_size"] = getattr(self, "embedding_size", self.hidden_size)
+        # tied at the top level (to the discriminator's table under "es"); the generator is one network
+        return {**sizes, "tie_word_embeddings": False, "replaced_token_detection": False}
+
 
 def _composed_config(family_config: type) -> type:
     """`BertologyComposed<Family>Config`: `ComposedObjectiveConfig` on the family's config, `model_type` kept."""
@@ -106,21 +127,3 @@ def _composed_config(family_config: type) -> type:
 FAMILY_CONFIGS = (BertConfig, RobertaConfig, AlbertConfig, ElectraConfig, DebertaV2Config, ModernBertConfig)
 COMPOSED_CONFIGS = {cls.model_type: cls for cls in map(_composed_config, FAMILY_CONFIGS)}
 globals().update({cls.__name__: cls for cls in COMPOSED_CONFIGS.values()})  # where `auto_map` finds them
-
-
-def generator_config(config):
-    """The RTD generator's config: the family's plain config at `generator_hidden_fraction` of the width (heads of the
-    same size, FFN scaled alike) and `generator_layers_fraction` of the depth; a factorised embedding (ALBERT,
-    ELECTRA, DeBERTa `embedding_size`) keeps the discriminator's width so the tables can be shared."""
-    family_config = type(config).__bases__[-1] if type(config) in COMPOSED_CONFIGS.values() else type(config)
-    generator = family_config(**config.to_dict())
-    head_size = config.hidden_size // config.num_attention_heads
-    generator.hidden_size = max(head_size, round(config.hidden_size * config.generator_hidden_fraction))
-    generator.num_attention_heads = max(1, generator.hidden_size // head_size)
-    generator.intermediate_size = max(1, round(config.intermediate_size * config.generator_hidden_fraction))
-    generator.num_hidden_layers = max(1, round(config.num_hidden_layers * config.generator_layers_fraction))
-    if isinstance(config, DebertaV2Config) and generator.hidden_size != config.hidden_size:  # `embed_proj`
-        generator.embedding_size = getattr(config, "embedding_size", config.hidden_size)
-    generator.tie_word_embeddings = False  # tied at the top level (to the discriminator's table under "es")
-    generator.replaced_token_detection = False
-    return generator

@@ -1,7 +1,7 @@
 """DeBERTa-v3's pretraining recipe as a `transformers.DebertaV2Config` (He et al., 2021; microsoft/DeBERTa).
 
 The architecture fields are the discriminator's (DeBERTa-v3-base's defaults, `rtd_base.json`), `model_type`
-"deberta-v2" kept in memory; the generator is derived at half the depth (`generator_config`, as the official
+"deberta-v2" kept in memory; the generator is derived at half the depth (`generator_sizes`, as the official
 `rtd_*.json`). The other fields are the objective's: masking, loss weights, `embedding_sharing`. A joint run's
 config.json says `bertology-deberta-v3-joint` (`configuration_recipe.JointConfig`). Every number and its source:
 docs/recipes/deberta_v3.md.
@@ -109,19 +109,15 @@ class BertologyDebertaV3Config(JointConfig, DebertaV2Config):
         set_fields(self, locals())
         super().__init__(**kwargs)
 
+    def discriminator_config(self) -> DebertaV2Config:
+        """The discriminator's architecture as a plain `DebertaV2Config` (no recipe fields, no `auto_map`)."""
+        return drop_recipe_fields(self, DebertaV2Config, BertologyDebertaV3Config)
 
-def discriminator_config(config: DebertaV2Config) -> DebertaV2Config:
-    """The discriminator's architecture as a plain `DebertaV2Config` (no recipe fields, no `auto_map`)."""
-    return drop_recipe_fields(config, DebertaV2Config, BertologyDebertaV3Config)
-
-
-def generator_config(config: DebertaV2Config) -> DebertaV2Config:
-    """The generator's architecture: the discriminator's at half depth (official `rtd_*.json`), `legacy=False`.
-
-    Works on any `DebertaV2Config` (a checkpoint loaded through remote code keeps the recipe fields as attributes).
-    """
-    generator = discriminator_config(config)
-    depth = getattr(config, "generator_num_hidden_layers", None)
-    generator.num_hidden_layers = depth if depth is not None else max(1, config.num_hidden_layers // 2)
-    generator.legacy = False  # `lm_predictions.lm_head.*`, the official MaskedLanguageModel's names
-    return generator
+    def generator_sizes(self) -> dict:
+        """The generator's: the discriminator's at half depth (official `rtd_*.json`), `legacy=False`
+        (`lm_predictions.lm_head.*`, the official MaskedLanguageModel's names)."""
+        depth = self.generator_num_hidden_layers
+        return {
+            "num_hidden_layers": depth if depth is not None else max(1, self.num_hidden_layers // 2),
+            "legacy": False,
+        }

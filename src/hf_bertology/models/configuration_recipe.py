@@ -67,6 +67,16 @@ class JointConfig:
         return output
 
 
+def generator_config(config):
+    """An RTD generator's plain config: the discriminator's (`config.discriminator_config()`) with the sizes and
+    fields its objective's rule gives (`config.generator_sizes()`: ELECTRA's official `get_generator_config`,
+    DeBERTa-v3's half depth, a composed cell's fractions of the width and depth)."""
+    generator = config.discriminator_config()
+    for name, value in config.generator_sizes().items():
+        setattr(generator, name, value)
+    return generator
+
+
 def drop_recipe_fields(config, plain_class, recipe_class):
     """The architecture of `config` as a plain `plain_class` config: without `recipe_class`'s own fields (its
     `__init__`'s arguments: the objective's) and `auto_map`."""

@@ -25,8 +25,8 @@ from transformers import (
 )
 from transformers import initialization as init
 
-from .configuration_composed import COMPOSED_CONFIGS, generator_config
-from .configuration_recipe import first_position
+from .configuration_composed import COMPOSED_CONFIGS
+from .configuration_recipe import first_position, generator_config
 from .masked_lm import SENTENCE_TASKS, MaskedLMPreTraining, is_packed
 from .outputs import BertologyForPreTrainingOutput
 from .replaced_token_detection import (

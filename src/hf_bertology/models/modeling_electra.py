@@ -13,7 +13,8 @@ from transformers import ElectraForMaskedLM, ElectraModel, ElectraPreTrainedMode
 from transformers import initialization as init
 from transformers.models.electra.modeling_electra import ElectraDiscriminatorPredictions
 
-from .configuration_electra import BertologyElectraConfig, generator_config
+from .configuration_electra import BertologyElectraConfig
+from .configuration_recipe import generator_config
 from .replaced_token_detection import ReplacedTokenDetectionPreTraining, binary_auc, rtd_accuracies
 
 # Parameters the two networks share (paper §3.2 "tie token embeddings"; official: shared `electra/embeddings`).

@@ -7,7 +7,8 @@ from typing import Any
 from transformers import ElectraForMaskedLM, ElectraForPreTraining
 
 from ..collators import DataCollatorForMaskedLM
-from ..models.configuration_electra import BertologyElectraConfig, discriminator_config, generator_config
+from ..models.configuration_electra import BertologyElectraConfig
+from ..models.configuration_recipe import generator_config
 from ..models.modeling_electra import BertologyElectraForPreTraining
 from .base import SMALL_DATA, Network, Variant, make_preset
 
@@ -29,7 +30,7 @@ VARIANT = Variant(
     backbone="electra",
     parts={"replaced_token_detection": True, "embedding_sharing": "es"},  # + generator_hidden_fraction
     networks=(
-        Network("discriminator", ElectraForPreTraining, "", lambda joint: discriminator_config(joint.config)),
+        Network("discriminator", ElectraForPreTraining, "", lambda joint: joint.config.discriminator_config()),
         Network("generator", ElectraForMaskedLM, "generator.", lambda joint: generator_config(joint.config)),
     ),
     card_objective="replaced-token detection: generator MLM (exact count, 85% [MASK] / 15% kept) + 50 x "
