@@ -8,22 +8,10 @@ gives the same logits); RTD adds the objective's discriminator head and a family
 """
 
 import torch
+import transformers
 from torch import nn
-from transformers import (
-    AlbertForMaskedLM,
-    AlbertModel,
-    BertForMaskedLM,
-    BertModel,
-    DebertaV2ForMaskedLM,
-    DebertaV2Model,
-    ElectraForMaskedLM,
-    ElectraModel,
-    ModernBertForMaskedLM,
-    ModernBertModel,
-    RobertaForMaskedLM,
-    RobertaModel,
-)
 from transformers import initialization as init
+from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES, MODEL_MAPPING_NAMES
 
 from .configuration_composed import COMPOSED_CONFIGS
 from .configuration_recipe import first_position, generator_config
@@ -41,15 +29,15 @@ from .replaced_token_detection import (
 )
 from .span_boundary import SpanBoundaryHead, grow_bias
 
-# model_type -> (backbone class, masked-LM class): the families an objective runs on (the backbone's base class is the
-# family's `PreTrainedModel`, which the composed model subclasses)
+# model_type -> (backbone class, masked-LM class) of every family an objective runs on (`COMPOSED_CONFIGS`), as
+# transformers' Auto classes map them; the backbone's base class is the family's `PreTrainedModel`, which the composed
+# model subclasses
 FAMILY_CLASSES = {
-    "bert": (BertModel, BertForMaskedLM),
-    "roberta": (RobertaModel, RobertaForMaskedLM),
-    "albert": (AlbertModel, AlbertForMaskedLM),
-    "electra": (ElectraModel, ElectraForMaskedLM),
-    "deberta-v2": (DebertaV2Model, DebertaV2ForMaskedLM),
-    "modernbert": (ModernBertModel, ModernBertForMaskedLM),
+    model_type: (
+        getattr(transformers, MODEL_MAPPING_NAMES[model_type]),
+        getattr(transformers, MODEL_FOR_MASKED_LM_MAPPING_NAMES[model_type]),
+    )
+    for model_type in COMPOSED_CONFIGS
 }
 
 # model_type -> the family's masked-LM head on `(M, H)` states of a `*ForMaskedLM` (or a model holding its modules)

@@ -6,10 +6,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import transformers
-from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES, MODEL_MAPPING_NAMES
-
 from ..collators import DataCollatorForSpanMasking
+from ..models.modeling_composed import FAMILY_CLASSES
 from ..utils import BertologyError, logger
 from .backbones import (
     BACKBONES,
@@ -172,8 +170,7 @@ def rtd_networks(backbone: Backbone) -> tuple[Network, Network]:
     model (`RobertaModel` at `roberta.*`), the generator the family's masked LM (`RobertaForMaskedLM` at
     `generator.*`; its output layer is its word table, untied in the joint model only to tie it there). The plain
     configs are those of the networks' modules (the Trainer sets `use_cache` on the joint model's alone)."""
-    base_class = getattr(transformers, MODEL_MAPPING_NAMES[backbone.model_type])
-    masked_lm_class = getattr(transformers, MODEL_FOR_MASKED_LM_MAPPING_NAMES[backbone.model_type])
+    base_class, masked_lm_class = FAMILY_CLASSES[backbone.model_type]
     family = base_class.config_class
 
     def discriminator(joint):
