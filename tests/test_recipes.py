@@ -156,3 +156,22 @@ def test_backbone_row_states_its_first_position(name):
     pad = recipe.config.pad_token_id
     assert first_position(recipe.build_model().base_model.embeddings) == BACKBONES[name].first_position(pad)
     assert BACKBONES[name].first_position(pad) == (pad + 1 if name == "roberta" else 0)
+
+
+@pytest.mark.parametrize("name", ["bert-tiny", "roberta-tiny", "spanbert-tiny", "albert-tiny", "electra-tiny"])
+@pytest.mark.parametrize(
+    "field, needle",
+    [
+        ({"mlm_probability": 1.5}, "mlm_probability must be in"),
+        ({"mask_replace_prob": 0.9, "random_replace_prob": 0.2}, "sum to at most 1"),
+        ({"max_predictions_per_seq": 0}, "max_predictions_per_seq must be >= 1"),
+    ],
+)
+def test_every_recipe_config_refuses_bad_masking_fields(name, field, needle):
+    """The masking checks are written once (`configuration_recipe.check_masking`) and every recipe config runs them
+    (`set_fields`), its own encoder's or another's (`ComposedObjectiveConfig`)."""
+    from hf_bertology.utils import BertologyError
+
+    for backbone in (None, "roberta"):
+        with pytest.raises(BertologyError, match=needle):
+            hb.get_recipe(name, backbone=backbone, **field)
