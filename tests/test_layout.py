@@ -24,7 +24,7 @@ LAYERS = {
     "data/": 1,
     "testing/": 1,
     "recipes/": 2,
-    "hub.py": 3,
+    "hub/": 3,
     "joint.py": 4,
     "training/": 5,
     "export.py": 5,

@@ -5,7 +5,7 @@ knows, each defined in this file alone and registered where the checklist says.
   `BertModel` discriminator at `bert.*` with a head of its own, a `BertForMaskedLM` generator at `mlm.*`, not at
   `generator.*`) and its row, with its `networks`. Registered in `VARIANTS` and nowhere else, it is exported, written
   as part folders that plain `transformers` loads, carded, started from its released parts and given the two-stage
-  callback as the paper joint models are, with no edit to export.py, joint.py, hub.py or training/.
+  callback as the paper joint models are, with no edit to export.py, joint.py, hub/ or training/.
 - A third objective (random-token detection: a new loss, head, output and collator key on BERT's encoder),
   registered in the places the checklist quotes (`VARIANTS`, `PRESETS`) and nowhere else, is pretrained by
   `bertology pretrain`: counted, logged, saved, carded and read back.

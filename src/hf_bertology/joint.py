@@ -15,7 +15,8 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
-from .hub import complete_backbone, write_part_card
+from .hub.cards import write_part_card
+from .hub.folders import complete_backbone
 from .recipes.base import Network
 from .recipes.networks import Kind, kind_of, network
 from .utils import BertologyError, logger

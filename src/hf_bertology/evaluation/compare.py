@@ -285,7 +285,7 @@ def make_baseline(args: CompareArguments, arch: str) -> Path:
     """A randomly initialised model of recipe `arch` (its config and tokenizer as pretrained), in Hub format."""
     from transformers import AutoTokenizer, set_seed
 
-    from ..hub import save_folder
+    from ..hub.folders import save_folder
     from ..joint import joint_config, write_part_folders
     from ..recipes.networks import kind_of
 

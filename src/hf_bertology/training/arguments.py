@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import TrainingArguments
 
-from ..hub import keep_token_out_of_files
+from ..hub.push import keep_token_out_of_files
 from ..recipes.recipe import Recipe
 from ..recipes.registry import list_recipes
 from ..utils import (

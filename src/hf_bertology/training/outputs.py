@@ -11,7 +11,9 @@ import os
 import shutil
 from pathlib import Path
 
-from ..hub import push_from_training_args, save_folder, write_model_card
+from ..hub.cards import write_model_card
+from ..hub.folders import save_folder
+from ..hub.push import push_from_training_args
 from ..joint import write_part_folders
 from ..recipes.recipe import Recipe
 from ..utils import BertologyError, logger
