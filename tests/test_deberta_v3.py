@@ -277,7 +277,7 @@ def test_gdes_shares_the_position_table_where_the_discriminator_reads_one():
         hidden = model.discriminate(batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
     state = model.state_dict()
     assert torch.equal(state["deberta.embeddings.position_embeddings.weight"], positions + model.gdes_positions.delta)
-    plain = DebertaV2Model(hb.models.configuration_deberta_v3.discriminator_config(model.config)).eval()
+    plain = DebertaV2Model(model.config.discriminator_config()).eval()
     plain.load_state_dict({k[len("deberta.") :]: v for k, v in state.items() if k.startswith("deberta.")})
     with torch.no_grad():
         plain_hidden = plain(batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
