@@ -91,9 +91,9 @@ def main() -> None:
     )
     models = {
         "electra-small": hb.BertologyElectraForPreTraining(electra_config),
-        "mlm": SparseElectraForMaskedLM(hb.models.configuration_electra.discriminator_config(electra_config)),
+        "mlm": SparseElectraForMaskedLM(electra_config.discriminator_config()),
         "bert-mlm": BertologyBertForPreTraining(bert_config),
-        "electra-mlm": ElectraForMaskedLM(hb.models.configuration_electra.discriminator_config(electra_config)),
+        "electra-mlm": ElectraForMaskedLM(electra_config.discriminator_config()),
     }
     batch = make_batch(args.batch, args.length, electra_config.vocab_size)
     steps = {name: step_fn(model.train(), batch) for name, model in models.items()}

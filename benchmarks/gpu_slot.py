@@ -280,7 +280,7 @@ def measure_run(recipe_name: str, text: str, run: str, settings: dict, prepared:
     with tempfile.TemporaryDirectory() as tmp:
         if plain:
             training_args, fixed = plain_arguments(tmp, run, settings, last, cuda), False
-            model_class = getattr(transformers, PLAIN_MLM[recipe.variant])
+            model_class = getattr(transformers, PLAIN_MLM[recipe.variant_name])
             config_class = transformers.AutoConfig.for_model(recipe.config.model_type).__class__
             config = config_class(**{k: v for k, v in recipe.config.to_dict().items() if k != "auto_map"})
             config._attn_implementation = "sdpa"
@@ -292,9 +292,9 @@ def measure_run(recipe_name: str, text: str, run: str, settings: dict, prepared:
             training_args, fixed = ours_arguments(recipe, tmp, run, settings, last)
             model = recipe.build_model()
             model, collator = configure_attention(
-                model, recipe.build_collator(tokenizer), None, None, recipe.spec.padding_free
+                model, recipe.build_collator(tokenizer), None, None, recipe.variant.padding_free
             )
-            dataset, cls = examples, trainer_class(recipe.spec.trainer_class)
+            dataset, cls = examples, trainer_class(recipe.variant.trainer_class)
         # batches to spare: the DataLoader must not run dry inside a measured step
         needed = (last + 2 * max(1, settings["workers"])) * batch_size * (4 if fixed else 1)
         dataset = dataset.select([i % len(dataset) for i in range(needed)])  # a small text repeats
@@ -370,7 +370,7 @@ def speed(args: argparse.Namespace) -> int:
     texts = {name: path for name, path in texts.items() if path}
     variants = {r: get_recipe(r) for r in recipes}
     packable = {r for r, recipe in variants.items() if recipe.padding_free}
-    plain = {r for r, recipe in variants.items() if recipe.variant in PLAIN_MLM and recipe.backbone is None}
+    plain = {r for r, recipe in variants.items() if recipe.variant_name in PLAIN_MLM and recipe.backbone is None}
     plan = speed_plan(recipes, list(texts), packable, plain, cuda)
     if args.smoke:  # CI's minutes: every family's default on the first text, BERT's three rows on every text
         plan = [(r, text, run) for r, text, run in plan if r == recipes[0] or (text == plan[0][1] and run == "ours")]

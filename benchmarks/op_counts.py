@@ -173,16 +173,16 @@ def plain_step(variant: str, config):
     if variant == "modernbert":
         return _plain_mlm(tf.ModernBertForMaskedLM, config)
     if variant == "electra":
-        from hf_bertology.models.configuration_electra import discriminator_config, generator_config
+        from hf_bertology.models.configuration_recipe import generator_config
 
         return _plain_rtd(
             tf.ElectraForMaskedLM,
             generator_config(config),
             tf.ElectraForPreTraining,
-            discriminator_config(config),
+            config.discriminator_config(),
         )
     if variant == "deberta-v3":
-        from hf_bertology.models.configuration_deberta_v3 import generator_config
+        from hf_bertology.models.configuration_recipe import generator_config
 
         discriminator = tf.DebertaV2Config(**{**config.to_dict(), "num_labels": 1})
         return _plain_rtd(

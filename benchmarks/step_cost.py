@@ -209,7 +209,7 @@ def measure(name: str, args: dict) -> list[dict]:
     padded = [collator([examples[i] for i in range(b * batch_size, (b + 1) * batch_size)]) for b in range(n_batches)]
     # as `bertology pretrain` makes them: with the target positions the sparse heads gather (no host sync)
     layouts = {"padded": [add_target_positions(dict(batch)) for batch in padded]}
-    if recipe.spec.padding_free and not args["padded_only"]:
+    if recipe.variant.padding_free and not args["padded_only"]:
         layouts["padding-free"] = [add_target_positions(flatten_batch(batch)) for batch in padded]
 
     def to_device(batch):
@@ -217,7 +217,7 @@ def measure(name: str, args: dict) -> list[dict]:
 
     layouts = {layout: [to_device(b) for b in batches] for layout, batches in layouts.items()}
     model = recipe.build_model()
-    attention = default_attention(padding_free=len(layouts) > 1) if recipe.spec.padding_free else None
+    attention = default_attention(padding_free=len(layouts) > 1) if recipe.variant.padding_free else None
     if attention:
         set_attention(model, attention)
     attention = getattr(model.config, "_attn_implementation", None) or "default"
@@ -329,12 +329,12 @@ def measure_trainer(
     needed = (last + 2 * max(1, args["workers"])) * batch_size
     examples = examples.select([i % len(examples) for i in range(needed)])  # repeat a small text if needed
     if which == "plain":
-        plain_class = getattr(transformers, PLAIN_CLASSES[recipe.variant])
+        plain_class = getattr(transformers, PLAIN_CLASSES[recipe.variant_name])
         config_class = transformers.AutoConfig.for_model(recipe.config.model_type).__class__
         config = config_class(**{k: v for k, v in recipe.config.to_dict().items() if k != "auto_map"})
         config._attn_implementation = "sdpa"
         model = plain_class(config)
-        keep = {"input_ids", "token_type_ids"} | ({"next_sentence_label"} if recipe.variant == "bert" else set())
+        keep = {"input_ids", "token_type_ids"} | ({"next_sentence_label"} if recipe.variant_name == "bert" else set())
         examples = examples.remove_columns([c for c in examples.column_names if c not in keep])
         # the recipe's own masking rate (ModernBERT's 30%), so both runs predict as many tokens
         rate = getattr(recipe.build_collator(tokenizer), "mlm_probability", 0.15)
@@ -343,9 +343,9 @@ def measure_trainer(
     else:
         model = recipe.build_model()
         model, collator = configure_attention(
-            model, recipe.build_collator(tokenizer), None, None, recipe.spec.padding_free
+            model, recipe.build_collator(tokenizer), None, None, recipe.variant.padding_free
         )
-        trainer_cls = trainer_class(recipe.spec.trainer_class)  # BertologyTrainer (XLNet: its subclass)
+        trainer_cls = trainer_class(recipe.variant.trainer_class)  # BertologyTrainer (XLNet: its subclass)
 
     key = (name, "plain" if which == "plain" else "ours")
     if flops_cache is not None and key in flops_cache:
@@ -588,7 +588,7 @@ def main(argv: list[str] | None = None) -> None:
             from hf_bertology.recipes import get_recipe
 
             runs = ["ours"] + (["fixed"] if args.fixed_shape else [])
-            runs += ["plain"] if get_recipe(name).variant in PLAIN_CLASSES else []
+            runs += ["plain"] if get_recipe(name).variant_name in PLAIN_CLASSES else []
             measured = [run_in_fresh_process(measure_trainer, name, settings, which) for which in runs]
         else:
             measured = run_in_fresh_process(measure, name, settings)

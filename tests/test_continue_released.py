@@ -344,13 +344,13 @@ def test_every_family_continues_from_its_release(tmp_path, corpus_file, texts, c
     the run keeps every released tensor and the tokenizer (none trained); the heads it lacks are one line."""
     import transformers
 
-    from hf_bertology.recipes.composed import plain_config
+    from hf_bertology.recipes.composed import keep_family_fields
 
     settled = hb.get_recipe(recipe)
     tokenizer = settled.train_tokenizer(texts * 3, 300)
     settled.adapt_to_tokenizer(tokenizer)
     plain_class = getattr(transformers, RELEASES[recipe])
-    config = plain_config(settled.config, plain_class.config_class)
+    config = keep_family_fields(settled.config, plain_class.config_class)
     released = save(perturbed(plain_class(config), 3), tokenizer, tmp_path / "release")
     capsys.readouterr()
     assert continue_run(tmp_path, corpus_file, recipe, "--model_name_or_path", str(released)) == 0

@@ -73,7 +73,7 @@ def test_presets_follow_the_official_rtd_configs():
         config = hb.get_recipe(f"deberta-v3-{size}").config
         assert (config.num_hidden_layers, config.hidden_size, config.num_attention_heads) == (layers, hidden, heads)
         assert config.intermediate_size == 4 * hidden and config.vocab_size == 128100
-        generator = hb.models.configuration_deberta_v3.generator_config(config)
+        generator = hb.models.configuration_recipe.generator_config(config)
         assert (generator.num_hidden_layers, generator.hidden_size, generator.legacy) == (gen_layers, hidden, False)
     config = hb.get_recipe("deberta-v3-base").config
     assert config.model_type == "deberta-v2" and config.embedding_sharing == "gdes"
@@ -277,7 +277,7 @@ def test_gdes_shares_the_position_table_where_the_discriminator_reads_one():
         hidden = model.discriminate(batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
     state = model.state_dict()
     assert torch.equal(state["deberta.embeddings.position_embeddings.weight"], positions + model.gdes_positions.delta)
-    plain = DebertaV2Model(hb.models.configuration_deberta_v3.discriminator_config(model.config)).eval()
+    plain = DebertaV2Model(model.config.discriminator_config()).eval()
     plain.load_state_dict({k[len("deberta.") :]: v for k, v in state.items() if k.startswith("deberta.")})
     with torch.no_grad():
         plain_hidden = plain(batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
@@ -452,7 +452,7 @@ def test_saved_gdes_table_is_the_merged_sum(tmp_path):
     assert torch.equal(loaded.gdes.delta, model.gdes.delta) and not discriminator_table(loaded).requires_grad
     for (name, a), b in zip(model.state_dict().items(), loaded.state_dict().values()):
         assert torch.equal(a, b), name
-    hb.export_deberta_v3(tmp_path / "ckpt", tmp_path / "disc", "discriminator")
+    hb.export_part(tmp_path / "ckpt", tmp_path / "disc", "discriminator")
     exported = DebertaV2Model.from_pretrained(tmp_path / "disc")
     assert torch.allclose(exported.embeddings.word_embeddings.weight, merged)
 
@@ -467,8 +467,8 @@ def test_a_checkpoint_from_before_emd_still_exports(tmp_path):
     weights = load_file(tmp_path / "ckpt" / "model.safetensors")
     del weights["generator.deberta.embeddings.position_embeddings.weight"]
     save_file(weights, tmp_path / "ckpt" / "model.safetensors", metadata={"format": "pt"})
-    hb.export_deberta_v3(tmp_path / "ckpt", tmp_path / "gen", "generator")
-    hb.export_deberta_v3(tmp_path / "ckpt", tmp_path / "disc", "discriminator")
+    hb.export_part(tmp_path / "ckpt", tmp_path / "gen", "generator")
+    hb.export_part(tmp_path / "ckpt", tmp_path / "disc", "discriminator")
     generator = load_file(tmp_path / "gen" / "model.safetensors")
     assert torch.equal(generator["deberta.embeddings.word_embeddings.weight"], weights[f"generator.deberta.{WORD}"])
     discriminator = load_file(tmp_path / "disc" / "model.safetensors")
@@ -515,8 +515,8 @@ def test_plain_transformers_loads_discriminator_and_generator(tmp_path):
     ids = torch.randint(5, VOCAB, (2, 10), generator=torch.Generator().manual_seed(0))
     ckpt = tmp_path / "ckpt"
     model.save_pretrained(ckpt)
-    hb.export_deberta_v3(ckpt, tmp_path / "gen", "generator")
-    hb.export_deberta_v3(ckpt, tmp_path / "disc", "discriminator")
+    hb.export_part(ckpt, tmp_path / "gen", "generator")
+    hb.export_part(ckpt, tmp_path / "disc", "discriminator")
     script = tmp_path / "plain.py"
     script.write_text(textwrap.dedent(PLAIN_TRANSFORMERS))
     run = subprocess.run(

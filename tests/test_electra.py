@@ -70,10 +70,10 @@ def shared_pointers(model: BertologyElectraForPreTraining) -> dict[str, tuple[in
 
 def test_generator_is_derived_from_the_discriminator():
     config = hb.get_recipe("electra-small").config
-    model_gen = hb.models.configuration_electra.generator_config(config)
+    model_gen = hb.models.configuration_recipe.generator_config(config)
     assert (model_gen.hidden_size, model_gen.num_attention_heads, model_gen.intermediate_size) == (64, 1, 256)
     assert model_gen.num_hidden_layers == 12 and model_gen.embedding_size == 128
-    base = hb.models.configuration_electra.generator_config(hb.get_recipe("electra-base").config)
+    base = hb.models.configuration_recipe.generator_config(hb.get_recipe("electra-base").config)
     assert (base.hidden_size, base.num_attention_heads, base.intermediate_size, base.embedding_size) == (
         256,
         4,
@@ -82,7 +82,7 @@ def test_generator_is_derived_from_the_discriminator():
     )
     large = hb.get_recipe("electra-large").config
     assert large.mlm_probability == 0.25 and large.max_predictions_per_seq == 130
-    assert hb.models.configuration_electra.generator_config(large).hidden_size == 256
+    assert hb.models.configuration_recipe.generator_config(large).hidden_size == 256
     assert config.discriminator_weight == 50.0 and config.generator_weight == 1.0
     assert (config.mask_replace_prob, config.random_replace_prob, config.max_predictions_per_seq) == (0.85, 0.0, 19)
 
@@ -501,7 +501,7 @@ def test_pretrain_smoke_and_export(tmp_path):
     assert_folder_reloads_alike(out, BertologyElectraForPreTraining, ElectraForPreTraining, "rtd_logits", "logits")
     assert (out / "modeling_electra.py").is_file() and (out / "model.safetensors").is_file()
 
-    hb.export_electra(out, tmp_path / "disc", "discriminator")
+    hb.export_part(out, tmp_path / "disc", "discriminator")
     from hf_bertology.cli import main as cli
 
     assert cli(["export", "--electra-part", "generator", str(out), str(tmp_path / "gen")]) == 0
@@ -558,8 +558,8 @@ def test_plain_transformers_loads_every_part(tmp_path):
     ids = torch.randint(5, VOCAB, (2, 10), generator=torch.Generator().manual_seed(0))
     ckpt = tmp_path / "ckpt"
     model.save_pretrained(ckpt)
-    hb.export_electra(ckpt, tmp_path / "disc", "discriminator")
-    hb.export_electra(ckpt, tmp_path / "gen", "generator")
+    hb.export_part(ckpt, tmp_path / "disc", "discriminator")
+    hb.export_part(ckpt, tmp_path / "gen", "generator")
     script = tmp_path / "plain.py"
     script.write_text(textwrap.dedent(PLAIN_TRANSFORMERS))
     run = subprocess.run(
@@ -623,7 +623,7 @@ def test_joint_model_type_is_written_and_read_back_and_older_checkpoints_still_l
             assert torch.equal(loaded(input_ids=ids).rtd_logits, expected), folder
     loaded.save_pretrained(tmp_path / "again")  # an old checkpoint continued: written with the joint type
     assert json.loads((tmp_path / "again" / "config.json").read_text())["model_type"] == "bertology-electra-joint"
-    hb.export_electra(old, tmp_path / "gen", "generator")
+    hb.export_part(old, tmp_path / "gen", "generator")
     generator = ElectraForMaskedLM.from_pretrained(tmp_path / "gen").eval()
     with torch.no_grad():
         assert torch.allclose(generator(input_ids=ids).logits, model.generator(input_ids=ids).logits, atol=1e-6)
@@ -677,13 +677,14 @@ def test_electra_segments_follow_build_pretraining_dataset():
     assert {len(a) for a, _, b, _ in splits if b} <= {60, 70}  # under 62, or one sentence over with p = 0.5
 
 
-@pytest.mark.parametrize("export", ["export_electra", "export_deberta_v3"])
-def test_export_refuses_a_folder_that_is_not_a_joint_checkpoint(export, tmp_path):
+@pytest.mark.parametrize("variant,label", [("electra", "ELECTRA"), ("deberta-v3", "DeBERTa-v3")])
+def test_export_refuses_a_folder_that_is_not_a_joint_checkpoint(variant, label, tmp_path):
     """A one-network checkpoint (here BERT's) given to a joint export is one error line naming a missing weight, not a
     plain folder with freshly initialised networks."""
+    from hf_bertology.recipes.networks import kind_of
     from hf_bertology.utils import BertologyError
 
     hb.get_recipe("bert-tiny").build_model().save_pretrained(tmp_path / "bert")
     with pytest.raises(BertologyError, match=r"is not a joint (ELECTRA|DeBERTa-v3) checkpoint .*missing e\.g\."):
-        getattr(hb, export)(tmp_path / "bert", tmp_path / "out", "discriminator")
+        hb.export_part(tmp_path / "bert", tmp_path / "out", "discriminator", kind_of(hb.VARIANTS[variant]), label)
     assert not (tmp_path / "out").exists()

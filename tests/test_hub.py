@@ -112,7 +112,7 @@ def test_pretrain_push_to_hub_then_load_in_a_fresh_process(hub, tmp_path):
         out = tmp_path / recipe
         flags = ["--max_steps", "1", "--save_strategy", "no", "--push_to_hub", "--hub_model_id", recipe]
         runs.append(["pretrain", *pretrain_argv(recipe, corpus, out, *flags)])
-        plain = hb.VARIANTS[hb.get_recipe(recipe).variant].plain_auto_class
+        plain = hb.get_recipe(recipe).variant.plain_auto_class
         cases.append({"repo": f"tester/{recipe}", "folder": str(out), "plain": plain})
         if hb.get_recipe(recipe).config.to_diff_dict()["model_type"].endswith("-joint"):  # ELECTRA, DeBERTa-v3
             cases[-1]["plain_subfolder"] = "discriminator"

@@ -24,7 +24,7 @@ LAYERS = {
     "data/": 1,
     "testing/": 1,
     "recipes/": 2,
-    "hub.py": 3,
+    "hub/": 3,
     "joint.py": 4,
     "training/": 5,
     "export.py": 5,
@@ -188,3 +188,58 @@ def test_no_hand_kept_copies():
     kept in step with another by a `# Copied from hf_bertology` marker."""
     marked = [relative(path) for path in SOURCES if "# Copied from hf_bertology" in path.read_text(encoding="utf-8")]
     assert marked == []
+
+
+def family_names() -> set[str]:
+    """Every name a family or an objective goes by, from the registry: the variants, the backbones, their
+    `model_type`s and the aliases `--backbone` accepts."""
+    from hf_bertology.recipes import BACKBONE_ALIASES, BACKBONES, VARIANTS
+
+    return {*VARIANTS, *BACKBONES, *(b.model_type for b in BACKBONES.values()), *BACKBONE_ALIASES}
+
+
+def name_comparisons(tree: ast.AST, names: set[str]) -> list[tuple[int, str]]:
+    """(line, name) of each comparison (`==`, `!=`, `in`, `not in`, `startswith`/`endswith`) against a string
+    literal in `names`, alone or in a tuple, list or set literal."""
+
+    def literals(node: ast.AST) -> list[str]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return [node.value]
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return [s for element in node.elts for s in literals(element)]
+        return []
+
+    found = []
+    for node in ast.walk(tree):
+        operands: list[ast.AST] = []
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in ("startswith", "endswith"):
+                operands = list(node.args)
+        found += [(node.lineno, s) for operand in operands for s in literals(operand) if s in names]
+    return found
+
+
+def test_no_branch_on_a_family_name_outside_recipes():
+    """Each family's facts live in its row (`Variant`, `Backbone`, recipes/): no module outside recipes/ asks which
+    family or objective it runs (`model_type == "roberta"`, `objective == "deberta-v3"`); it reads the row, the
+    config's fields or the classes instead."""
+    names = family_names()
+    assert {"bert", "roberta", "deberta-v3", "deberta-v2", "xlnet"} <= names
+    found = [
+        f"{relative(path)}:{line} compares with {name!r}"
+        for path in SOURCES
+        if not relative(path).startswith("recipes/")
+        for line, name in name_comparisons(ast.parse(path.read_text(encoding="utf-8")), names)
+    ]
+    assert found == []
+
+
+def test_the_name_check_sees_a_comparison():
+    tree = ast.parse('if config.model_type == "roberta" or x in ("a", "xlnet") or y.startswith("bert"): pass')
+    assert sorted(name for _, name in name_comparisons(tree, {"roberta", "xlnet", "bert"})) == [
+        "bert",
+        "roberta",
+        "xlnet",
+    ]

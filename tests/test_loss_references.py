@@ -277,8 +277,8 @@ def test_losses_equal_the_references_on_a_padded_batch(name, smoothing, corpus):
     [
         n
         for n in CASES
-        if (get_recipe(n.split("@")[0]).spec.backbone if "@" not in n else n.split("@")[1]) is not None  # XLNet
-        and BACKBONES[get_recipe(n.split("@")[0]).spec.backbone if "@" not in n else n.split("@")[1]].packable
+        if (get_recipe(n.split("@")[0]).variant.backbone if "@" not in n else n.split("@")[1]) is not None  # XLNet
+        and BACKBONES[get_recipe(n.split("@")[0]).variant.backbone if "@" not in n else n.split("@")[1]].packable
     ],
 )
 def test_losses_equal_the_references_on_a_padding_free_batch(name, corpus):

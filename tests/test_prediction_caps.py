@@ -35,7 +35,7 @@ FAST = ["--max_steps", "1", "--per_device_train_batch_size", "2", "--disable_tqd
 def test_caps_follow_the_length_by_the_official_rules(name, length, cap):
     recipe = hb.get_recipe(name)
     config = recipe.fit_to_length(length)
-    field = "num_predict" if recipe.variant == "xlnet" else "max_predictions_per_seq"
+    field = "num_predict" if recipe.variant_name == "xlnet" else "max_predictions_per_seq"
     assert getattr(config, field) == cap and recipe.max_seq_length == length
 
 
@@ -93,7 +93,7 @@ def test_masked_share_at_512_is_the_recipe_rate(name, texts):
     """Built as `pretrain` builds it (`fit_to_length`, `adapt_to_tokenizer`, `build_collator`); 8 full rows."""
     recipe = hb.get_recipe(name)
     recipe.fit_to_length(512)
-    tokenizer = family_tokenizer(recipe.variant, texts)
+    tokenizer = family_tokenizer(recipe.variant_name, texts)
     recipe.adapt_to_tokenizer(tokenizer)
     collator = recipe.build_collator(tokenizer, seed=0)
     words = " ".join(texts).split()
@@ -103,7 +103,7 @@ def test_masked_share_at_512_is_the_recipe_rate(name, texts):
     assert batch["attention_mask"].sum() == 8 * 512
     share = (batch["labels"] != -100).sum().item() / (8 * 512)
     config = recipe.config
-    rate = config.mask_beta / config.mask_alpha if recipe.variant == "xlnet" else config.mlm_probability
+    rate = config.mask_beta / config.mask_alpha if recipe.variant_name == "xlnet" else config.mlm_probability
     assert share == pytest.approx(rate, abs=0.01)  # before: 20/512 = 0.039 (BERT), 19/512 = 0.037 (ELECTRA-Small)
 
 

@@ -7,6 +7,7 @@ import torch
 from transformers import BertModel, RobertaModel, TrainingArguments
 
 import hf_bertology as hb
+from hf_bertology.recipes.backbones import BACKBONES
 from hf_bertology.recipes.base import parse_overrides
 from hf_bertology.training.arguments import apply_defaults, explicit_keys
 
@@ -17,7 +18,7 @@ def test_registry_lists_every_size_of_each_variant():
         for size in ("base", "large", "mini", "tiny"):
             assert f"{variant}-{size}" in names
     recipe = hb.get_recipe("roberta-mini", num_hidden_layers=2)
-    assert recipe.variant == "roberta" and recipe.tokenizer_type == "bpe"
+    assert recipe.variant_name == "roberta" and recipe.tokenizer_type == "bpe"
     assert recipe.config.num_hidden_layers == 2 and recipe.config.hidden_size == 256
     assert isinstance(recipe.config, hb.BertologyRobertaConfig)
     with pytest.raises(hb.BertologyError, match="unknown recipe"):
@@ -56,7 +57,7 @@ def test_every_variant_has_the_readme_mini_and_tiny_sizes(variant):
     for name in names:
         recipe = hb.get_recipe(name)
         assert type(recipe.config) is hb.VARIANTS[variant].config_class
-        assert recipe.config.model_type == FAMILY[variant] and recipe.variant == variant
+        assert recipe.config.model_type == FAMILY[variant] and recipe.variant_name == variant
 
 
 @pytest.mark.parametrize(
@@ -138,8 +139,39 @@ def test_recipe_settings_win_over_cuda_defaults_and_flags_over_both(recipe_name,
     args = arguments.training_arguments(TrainingArguments(output_dir=str(tmp_path)), recipe, set())
     for key, value in {**buildable, **recipe.training_defaults}.items():
         assert _value(args, key, value) == value, (key, getattr(args, key))
-    if recipe.variant == "modernbert" and recipe.backbone is None:
+    if recipe.variant_name == "modernbert" and recipe.backbone is None:
         assert args.optim == "stable_adamw"
     flag = TrainingArguments(output_dir=str(tmp_path), optim="adamw_torch", dataloader_num_workers=0)
     args = arguments.training_arguments(flag, recipe, {"optim", "dataloader_num_workers"})
     assert args.optim == "adamw_torch" and args.dataloader_num_workers == 0
+
+
+@pytest.mark.parametrize("name", sorted(BACKBONES))
+def test_backbone_row_states_its_first_position(name):
+    """`Backbone.first_position` (read by the recipes and the run's length checks) says what the family's embeddings
+    do (`configuration_recipe.first_position`, read by the models): RoBERTa's positions start after the padding."""
+    from hf_bertology.models.configuration_recipe import first_position
+
+    recipe = hb.get_recipe("roberta-tiny", backbone=name)
+    pad = recipe.config.pad_token_id
+    assert first_position(recipe.build_model().base_model.embeddings) == BACKBONES[name].first_position(pad)
+    assert BACKBONES[name].first_position(pad) == (pad + 1 if name == "roberta" else 0)
+
+
+@pytest.mark.parametrize("name", ["bert-tiny", "roberta-tiny", "spanbert-tiny", "albert-tiny", "electra-tiny"])
+@pytest.mark.parametrize(
+    "field, needle",
+    [
+        ({"mlm_probability": 1.5}, "mlm_probability must be in"),
+        ({"mask_replace_prob": 0.9, "random_replace_prob": 0.2}, "sum to at most 1"),
+        ({"max_predictions_per_seq": 0}, "max_predictions_per_seq must be >= 1"),
+    ],
+)
+def test_every_recipe_config_refuses_bad_masking_fields(name, field, needle):
+    """The masking checks are written once (`configuration_recipe.check_masking`) and every recipe config runs them
+    (`set_fields`), its own encoder's or another's (`ComposedObjectiveConfig`)."""
+    from hf_bertology.utils import BertologyError
+
+    for backbone in (None, "roberta"):
+        with pytest.raises(BertologyError, match=needle):
+            hb.get_recipe(name, backbone=backbone, **field)

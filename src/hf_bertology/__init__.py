@@ -13,7 +13,7 @@ from .collators import (
     DataCollatorForSpanMasking,
     DataCollatorForWindowMasking,
 )
-from .joint import export_composed, export_deberta_v3, export_electra, export_part
+from .joint import export_part
 from .models.configuration_albert import BertologyAlbertConfig
 from .models.configuration_bert import BertologyBertConfig
 from .models.configuration_deberta_v3 import BertologyDebertaV3Config
@@ -61,9 +61,6 @@ __all__ = [
     "BertologyXLNetForPreTraining",
     "DataCollatorForPermutationLM",
     "Recipe",
-    "export_composed",
-    "export_deberta_v3",
-    "export_electra",
     "export_part",
     "get_recipe",
     "list_recipes",

@@ -20,7 +20,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "glue": ("hf_bertology.evaluation.glue.run", "fine-tune a checkpoint on a GLUE task and report its dev metric"),
     "export": ("hf_bertology.export", "write a vanilla transformers folder (e.g. an ELECTRA discriminator/generator)"),
     "compare": ("hf_bertology.evaluation.compare", "pretrain recipes at equal compute, fine-tune on GLUE, report"),
-    "push": ("hf_bertology.hub", "push a Hub-format folder (weights, tokenizer, code, card) to the Hugging Face Hub"),
+    "push": (
+        "hf_bertology.hub.command",
+        "push a Hub-format folder (weights, tokenizer, code, card) to the Hugging Face Hub",
+    ),
     "show-mask": ("hf_bertology.training.show_mask", "print training example i as the model saw it in epoch e"),
 }
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
-from .hub import complete_backbone, write_part_card
+from .hub.cards import write_part_card
+from .hub.folders import complete_backbone
 from .recipes.base import Network
 from .recipes.networks import Kind, kind_of, network
-from .recipes.recipe import VARIANTS
 from .utils import BertologyError, logger
 
 MODEL_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "config.json")
@@ -327,26 +327,6 @@ def export_part(
     _write(model, checkpoint, output_dir)
     write_part_card(output_dir, part, recipe=checkpoint.name, variant=kind.label, corpus=f"see `{checkpoint}`")
     return output_dir
-
-
-def export_electra(checkpoint: str | Path, output_dir: str | Path, part: str = "discriminator") -> Path:
-    """Write the ELECTRA `part` ("discriminator" or "generator") of joint `checkpoint` to `output_dir`."""
-    return export_part(checkpoint, output_dir, part, kind_of(VARIANTS["electra"]), "ELECTRA")
-
-
-def export_deberta_v3(checkpoint: str | Path, output_dir: str | Path, part: str = "generator") -> Path:
-    """Write the DeBERTa-v3 `part` ("discriminator" or "generator") of joint `checkpoint` to `output_dir`."""
-    return export_part(checkpoint, output_dir, part, kind_of(VARIANTS["deberta-v3"]), "DeBERTa-v3")
-
-
-def export_composed(checkpoint: str | Path, output_dir: str | Path, part: str = "generator") -> Path:
-    """Write the generator (the family's `*ForMaskedLM`) or the discriminator (the family's base model; under GDES
-    its word table is E_G + Δ) of an RTD objective on another encoder (`models/composed`) to `output_dir`."""
-    pretraining_class = _auto_map_class(Path(checkpoint))
-    kind = kind_of(checkpoint)
-    if kind is None or kind.backbone is None:
-        raise BertologyError(f"{checkpoint} holds no objective on another encoder ({pretraining_class or 'no class'})")
-    return export_part(checkpoint, output_dir, part)
 
 
 def joint_config(folder: str | Path):

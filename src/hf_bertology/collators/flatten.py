@@ -66,7 +66,7 @@ def flatten_batch(batch: dict[str, torch.Tensor], layout_keys: tuple[str, ...] =
             flat[key] = value  # per-example keys: (B,), kept
     starts = flat.pop("document_starts", None)
     if starts is not None:  # packed documents: the units are the documents of every row
-        flat.update(document_units(starts[0].bool() | _row_starts(lengths), layout_keys))
+        flat.update(varlen_keys(starts[0].bool() | _row_starts(lengths), layout_keys))
     else:
         flat["position_ids"] = positions.unsqueeze(0)  # (1, T)
         flat["cu_seq_lens_q"] = flat["cu_seq_lens_k"] = cu_seqlens
@@ -89,7 +89,7 @@ def _row_starts(lengths: torch.Tensor) -> torch.Tensor:
     return starts
 
 
-def document_units(starts: torch.Tensor, layout_keys: tuple[str, ...] = REPAD_KEYS) -> dict[str, Any]:
+def varlen_keys(starts: torch.Tensor, layout_keys: tuple[str, ...] = REPAD_KEYS) -> dict[str, Any]:
     """The variable-length keys of a flat row whose units begin where `starts` (`(T,)` bool) is True (those of the
     re-padded layout named in `layout_keys`)."""
     total = starts.numel()

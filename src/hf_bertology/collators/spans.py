@@ -37,7 +37,8 @@ from .base import (
 )
 from .span_rounds import SpanRounds
 
-SCHEMES = ("spanbert", "albert")
+# scheme -> what anchors a span: SpanBERT's any maskable token, ALBERT's a word start (its n-grams are whole words)
+SCHEMES = {"spanbert": "token", "albert": "word"}
 DISTRIBUTIONS = ("geometric", "ngram")
 # Streams of `Draws`. A span's length is drawn for its anchor position (each position is an anchor at most once), so
 # a row's spans do not depend on how many anchors a round tries or on the other rows.
@@ -123,7 +124,7 @@ class DataCollatorForSpanMasking(SpanRounds, Treatment, WordStartLookup, Example
         if not 0.0 < self.mlm_probability < 1.0:
             raise ValueError(f"mlm_probability must be in (0, 1), got {self.mlm_probability}")
         if self.scheme not in SCHEMES:
-            raise ValueError(f"scheme must be one of {SCHEMES}, got {self.scheme!r}")
+            raise ValueError(f"scheme must be one of {tuple(SCHEMES)}, got {self.scheme!r}")
         if self.replacement_level not in ("span", "token"):
             raise ValueError(f"replacement_level must be 'span' or 'token', got {self.replacement_level!r}")
         if self.random_token_distribution not in ("uniform", "unigram"):
@@ -203,7 +204,7 @@ class DataCollatorForSpanMasking(SpanRounds, Treatment, WordStartLookup, Example
         """`(B,)` tokens to mask per row: SpanBERT `ceil(rate * maskable)`, ALBERT `max(1, round(rate * tokens))`
         (capped by `max_predictions_per_seq`), never more than the maskable tokens."""
         num_candidates = candidates.sum(1)
-        if self.scheme == "spanbert":
+        if SCHEMES[self.scheme] == "token":
             count = torch.ceil(num_candidates.double() * self.mlm_probability).long()
         else:
             count = torch.round(attention.sum(1).double() * self.mlm_probability).long().clamp(min=1)
@@ -252,14 +253,14 @@ class DataCollatorForSpanMasking(SpanRounds, Treatment, WordStartLookup, Example
         }
         # A uniform random order of anchors per row; 2.0 marks tokens that can no longer be an anchor.
         scores = draws.uniform(ANCHOR_ORDER, length)  # float64: no ties, whatever the padded length
-        if self.scheme == "spanbert":
+        if SCHEMES[self.scheme] == "token":
             state["scores"] = scores.masked_fill_(~candidates, 2.0)
         else:
             state["scores"] = scores.masked_fill_(~(starts & candidates), 2.0)  # ALBERT anchors are word starts
             state["word_len"] = word_start_pos[:, 1:].gather(1, word_id) - word_start_pos.gather(1, word_id)
         masked_out = torch.zeros(batch, length, dtype=torch.bool)
         spans: list[torch.Tensor] = []
-        step = self._spanbert_step if self.scheme == "spanbert" else self._albert_step
+        step = self._spanbert_step if SCHEMES[self.scheme] == "token" else self._albert_step
         while True:
             active = step(state, positions, spans if return_spans else None)
             if not active.any():

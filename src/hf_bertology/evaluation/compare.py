@@ -222,7 +222,7 @@ def pretrain_recipe(args: CompareArguments, name: str, vocab_size: int, max_seq_
     metrics = pretrain.main(argv, callbacks=[budget])
     record = {
         "recipe": name,
-        "variant": get_recipe(name).variant,
+        "variant": get_recipe(name).variant_name,
         "budget": {"flops": args.budget_flops, "minutes": args.budget_minutes},
         "settings": pretrain_settings(args, vocab_size, max_seq_length),
         **budget.summary(),
@@ -285,7 +285,7 @@ def make_baseline(args: CompareArguments, arch: str) -> Path:
     """A randomly initialised model of recipe `arch` (its config and tokenizer as pretrained), in Hub format."""
     from transformers import AutoTokenizer, set_seed
 
-    from ..hub import save_folder
+    from ..hub.folders import save_folder
     from ..joint import joint_config, write_part_folders
     from ..recipes.networks import kind_of
 

@@ -56,18 +56,12 @@ class BertologyAlbertConfig(AlbertConfig):
         sop_swap_prob: float = 0.5,
         **kwargs,
     ):
-        if not 0.0 < mlm_probability < 1.0:
-            raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}")
-        if max_predictions_per_seq is not None and max_predictions_per_seq < 1:
-            raise ValueError(f"max_predictions_per_seq must be >= 1 or None, got {max_predictions_per_seq}")
         if span_distribution not in ("geometric", "ngram"):
             raise ValueError(f"span_distribution must be 'geometric' or 'ngram', got {span_distribution!r}")
         if not 1 <= span_lower <= span_upper:
             raise ValueError(f"need 1 <= span_lower <= span_upper, got {span_lower}, {span_upper}")
         if replacement_level not in ("span", "token"):
             raise ValueError(f"replacement_level must be 'span' or 'token', got {replacement_level!r}")
-        if mask_replace_prob < 0 or random_replace_prob < 0 or mask_replace_prob + random_replace_prob > 1:
-            raise ValueError("mask_replace_prob and random_replace_prob must be >= 0 and sum to at most 1")
         if not 0.0 <= short_seq_prob <= 1.0 or not 0.0 <= sop_swap_prob <= 1.0:
             raise ValueError("short_seq_prob and sop_swap_prob must be probabilities")
         set_fields(self, locals())

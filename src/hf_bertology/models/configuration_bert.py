@@ -7,7 +7,7 @@ trained and `DataCollatorForMaskedLM.from_config(config, tokenizer)` rebuilds th
 
 from transformers import BertConfig
 
-from .configuration_recipe import check_masking, set_fields
+from .configuration_recipe import set_fields
 
 
 class BertologyBertConfig(BertConfig):
@@ -49,7 +49,6 @@ class BertologyBertConfig(BertConfig):
         nsp_random_prob: float = 0.5,
         **kwargs,
     ):
-        check_masking(mlm_probability, mask_replace_prob, random_replace_prob, max_predictions_per_seq)
         if not 0.0 <= short_seq_prob <= 1.0 or not 0.0 <= nsp_random_prob <= 1.0:
             raise ValueError("short_seq_prob and nsp_random_prob must be probabilities")
         set_fields(self, locals())

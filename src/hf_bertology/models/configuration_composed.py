@@ -10,11 +10,11 @@ says the joint `model_type` (`configuration_recipe.JointConfig`). docs/recipes/c
 
 from transformers import AlbertConfig, BertConfig, DebertaV2Config, ElectraConfig, ModernBertConfig, RobertaConfig
 
-from .configuration_recipe import JointConfig
+from .configuration_recipe import JointConfig, check_masking
 
 # config.json's `model_type` of an RTD objective on family `{}` (`to_diff_dict`); read back as the family's.
 JOINT_MODEL_TYPE = "bertology-rtd-{}-joint"
-SENTENCE_TASKS = (None, "nsp", "sop")
+SENTENCE_TASK_CHOICES = (None, "nsp", "sop")
 EMBEDDING_SHARING = ("gdes", "es", "nes")
 
 
@@ -53,8 +53,8 @@ class ComposedObjectiveConfig(JointConfig):
         **kwargs,
     ):
         kwargs.pop("model_type", None)  # a saved one (the joint type) must not hide the family's
-        if sentence_task not in SENTENCE_TASKS:
-            raise ValueError(f"sentence_task must be one of {SENTENCE_TASKS}, got {sentence_task!r}")
+        if sentence_task not in SENTENCE_TASK_CHOICES:
+            raise ValueError(f"sentence_task must be one of {SENTENCE_TASK_CHOICES}, got {sentence_task!r}")
         if embedding_sharing not in EMBEDDING_SHARING:
             raise ValueError(f"embedding_sharing must be one of {EMBEDDING_SHARING}, got {embedding_sharing!r}")
         if not (0 < generator_hidden_fraction <= 1 and 0 < generator_layers_fraction <= 1):
@@ -68,6 +68,7 @@ class ComposedObjectiveConfig(JointConfig):
                 ("sbo_position_embedding_size", 200),
             ):
                 kwargs.setdefault(name, default)
+        check_masking(kwargs)  # the objective's masking fields ride in kwargs
         self.objective = objective
         self.sentence_task = sentence_task
         self.span_boundary_objective = span_boundary_objective
@@ -90,6 +91,27 @@ class ComposedObjectiveConfig(JointConfig):
     def writes_joint_type(self) -> bool:  # two networks only with replaced-token detection
         return self.replaced_token_detection
 
+    def discriminator_config(self):
+        """The family's own config with every field of this one (the recipe's stay as attributes)."""
+        return type(self).__bases__[-1](**self.to_dict())
+
+    def generator_sizes(self) -> dict:
+        """The RTD generator's: `generator_hidden_fraction` of the width (heads of the same size, FFN scaled alike)
+        and `generator_layers_fraction` of the depth; a factorised embedding (ALBERT, ELECTRA, DeBERTa
+        `embedding_size`) keeps the discriminator's width so the tables can be shared."""
+        head_size = self.hidden_size // self.num_attention_heads
+        hidden_size = max(head_size, round(self.hidden_size * self.generator_hidden_fraction))
+        sizes = {
+            "hidden_size": hidden_size,
+            "num_attention_heads": max(1, hidden_size // head_size),
+            "intermediate_size": max(1, round(self.intermediate_size * self.generator_hidden_fraction)),
+            "num_hidden_layers": max(1, round(self.num_hidden_layers * self.generator_layers_fraction)),
+        }
+        if isinstance(self, DebertaV2Config) and hidden_size != self.hidden_size:  # `embed_proj`
+            sizes["embedding_size"] = getattr(self, "embedding_size", self.hidden_size)
+        # tied at the top level (to the discriminator's table under "es"); the generator is one network
+        return {**sizes, "tie_word_embeddings": False, "replaced_token_detection": False}
+
 
 def _composed_config(family_config: type) -> type:
     """`BertologyComposed<Family>Config`: `ComposedObjectiveConfig` on the family's config, `model_type` kept."""
@@ -105,21 +127,3 @@ def _composed_config(family_config: type) -> type:
 FAMILY_CONFIGS = (BertConfig, RobertaConfig, AlbertConfig, ElectraConfig, DebertaV2Config, ModernBertConfig)
 COMPOSED_CONFIGS = {cls.model_type: cls for cls in map(_composed_config, FAMILY_CONFIGS)}
 globals().update({cls.__name__: cls for cls in COMPOSED_CONFIGS.values()})  # where `auto_map` finds them
-
-
-def generator_config(config):
-    """The RTD generator's config: the family's plain config at `generator_hidden_fraction` of the width (heads of the
-    same size, FFN scaled alike) and `generator_layers_fraction` of the depth; a factorised embedding (ALBERT,
-    ELECTRA, DeBERTa `embedding_size`) keeps the discriminator's width so the tables can be shared."""
-    family_config = type(config).__bases__[-1] if type(config) in COMPOSED_CONFIGS.values() else type(config)
-    generator = family_config(**config.to_dict())
-    head_size = config.hidden_size // config.num_attention_heads
-    generator.hidden_size = max(head_size, round(config.hidden_size * config.generator_hidden_fraction))
-    generator.num_attention_heads = max(1, generator.hidden_size // head_size)
-    generator.intermediate_size = max(1, round(config.intermediate_size * config.generator_hidden_fraction))
-    generator.num_hidden_layers = max(1, round(config.num_hidden_layers * config.generator_layers_fraction))
-    if config.model_type == "deberta-v2" and generator.hidden_size != config.hidden_size:
-        generator.embedding_size = getattr(config, "embedding_size", config.hidden_size)
-    generator.tie_word_embeddings = False  # tied at the top level (to the discriminator's table under "es")
-    generator.replaced_token_detection = False
-    return generator

@@ -1,7 +1,7 @@
 """DeBERTa-v3's pretraining recipe as a `transformers.DebertaV2Config` (He et al., 2021; microsoft/DeBERTa).
 
 The architecture fields are the discriminator's (DeBERTa-v3-base's defaults, `rtd_base.json`), `model_type`
-"deberta-v2" kept in memory; the generator is derived at half the depth (`generator_config`, as the official
+"deberta-v2" kept in memory; the generator is derived at half the depth (`generator_sizes`, as the official
 `rtd_*.json`). The other fields are the objective's: masking, loss weights, `embedding_sharing`. A joint run's
 config.json says `bertology-deberta-v3-joint` (`configuration_recipe.JointConfig`). Every number and its source:
 docs/recipes/deberta_v3.md.
@@ -9,7 +9,7 @@ docs/recipes/deberta_v3.md.
 
 from transformers import DebertaV2Config
 
-from .configuration_recipe import JointConfig, check_masking, plain_config
+from .configuration_recipe import JointConfig, drop_recipe_fields, set_fields
 
 # What config.json of a joint run says (`to_diff_dict`); `get_config_dict` reads it back as DebertaV2Config's type.
 JOINT_MODEL_TYPE = "bertology-deberta-v3-joint"
@@ -97,7 +97,6 @@ class BertologyDebertaV3Config(JointConfig, DebertaV2Config):
             raise ValueError(
                 f"embedding_sharing must be one of {', '.join(EMBEDDING_SHARING)}, got {embedding_sharing!r}"
             )
-        check_masking(mlm_probability, mask_replace_prob, random_replace_prob, max_predictions_per_seq)
         if generator_num_hidden_layers is not None and generator_num_hidden_layers < 1:
             raise ValueError(f"generator_num_hidden_layers must be >= 1 or None, got {generator_num_hidden_layers}")
         if generator_weight < 0 or discriminator_weight < 0:
@@ -106,35 +105,19 @@ class BertologyDebertaV3Config(JointConfig, DebertaV2Config):
             raise ValueError(f"sampling_temperature must be > 0, got {sampling_temperature}")
         if mask_positions not in MASK_POSITIONS:
             raise ValueError(f"mask_positions must be one of {', '.join(MASK_POSITIONS)}, got {mask_positions!r}")
-        for key, value in DEBERTA_V3_ARCHITECTURE.items():
-            kwargs.setdefault(key, value)
-        self.embedding_sharing = embedding_sharing
-        self.generator_num_hidden_layers = generator_num_hidden_layers
-        self.mlm_probability = mlm_probability
-        self.max_predictions_per_seq = max_predictions_per_seq
-        self.mask_replace_prob = mask_replace_prob
-        self.random_replace_prob = random_replace_prob
-        self.whole_word_mask = whole_word_mask
-        self.generator_weight = generator_weight
-        self.discriminator_weight = discriminator_weight
-        self.sampling_temperature = sampling_temperature
-        self.mask_positions = mask_positions
-        self.input_format = input_format
+        kwargs = {**DEBERTA_V3_ARCHITECTURE, **kwargs}
+        set_fields(self, locals())
         super().__init__(**kwargs)
 
+    def discriminator_config(self) -> DebertaV2Config:
+        """The discriminator's architecture as a plain `DebertaV2Config` (no recipe fields, no `auto_map`)."""
+        return drop_recipe_fields(self, DebertaV2Config, BertologyDebertaV3Config)
 
-def discriminator_config(config: DebertaV2Config) -> DebertaV2Config:
-    """The discriminator's architecture as a plain `DebertaV2Config` (no recipe fields, no `auto_map`)."""
-    return plain_config(config, DebertaV2Config, BertologyDebertaV3Config)
-
-
-def generator_config(config: DebertaV2Config) -> DebertaV2Config:
-    """The generator's architecture: the discriminator's at half depth (official `rtd_*.json`), `legacy=False`.
-
-    Works on any `DebertaV2Config` (a checkpoint loaded through remote code keeps the recipe fields as attributes).
-    """
-    generator = discriminator_config(config)
-    depth = getattr(config, "generator_num_hidden_layers", None)
-    generator.num_hidden_layers = depth if depth is not None else max(1, config.num_hidden_layers // 2)
-    generator.legacy = False  # `lm_predictions.lm_head.*`, the official MaskedLanguageModel's names
-    return generator
+    def generator_sizes(self) -> dict:
+        """The generator's: the discriminator's at half depth (official `rtd_*.json`), `legacy=False`
+        (`lm_predictions.lm_head.*`, the official MaskedLanguageModel's names)."""
+        depth = self.generator_num_hidden_layers
+        return {
+            "num_hidden_layers": depth if depth is not None else max(1, self.num_hidden_layers // 2),
+            "legacy": False,
+        }

@@ -1,14 +1,14 @@
 """ELECTRA's pretraining recipe as a `transformers.ElectraConfig` (Clark et al., 2020; google-research/electra).
 
 The architecture fields are the discriminator's, `model_type` "electra" kept in memory; the generator is derived from
-them and `generator_hidden_fraction` (`generator_config`, the official `get_generator_config`). The other fields are
+them and `generator_hidden_fraction` (`generator_sizes`, the official `get_generator_config`). The other fields are
 the objective's: the generator's masking (85% [MASK], 15% kept), loss weights, sampling, two-stage training. A joint
 run's config.json says `bertology-electra-joint` (`configuration_recipe.JointConfig`). docs/recipes/electra.md.
 """
 
 from transformers import ElectraConfig
 
-from .configuration_recipe import JointConfig, check_masking, plain_config, set_fields
+from .configuration_recipe import JointConfig, drop_recipe_fields, generator_config, set_fields
 
 # What config.json of a joint run says (`to_diff_dict`); `get_config_dict` reads it back as ElectraConfig's type.
 JOINT_MODEL_TYPE = "bertology-electra-joint"
@@ -76,7 +76,6 @@ class BertologyElectraConfig(JointConfig, ElectraConfig):
         kwargs.pop("model_type", None)  # a saved one (the joint type) must not hide the class's "electra"
         if not 0.0 < generator_hidden_fraction <= 1.0:
             raise ValueError(f"generator_hidden_fraction must be in (0, 1], got {generator_hidden_fraction}")
-        check_masking(mlm_probability, mask_replace_prob, random_replace_prob, max_predictions_per_seq)
         if generator_weight < 0 or discriminator_weight < 0:
             raise ValueError("generator_weight and discriminator_weight must be >= 0")
         if sampling_temperature <= 0:
@@ -93,7 +92,7 @@ class BertologyElectraConfig(JointConfig, ElectraConfig):
         super().__init__(**kwargs)
         if (
             two_stage_generator_steps is not None
-            and generator_config(self).to_dict() != discriminator_config(self).to_dict()
+            and generator_config(self).to_dict() != self.discriminator_config().to_dict()
         ):
             raise ValueError(
                 "two-stage training initialises the discriminator from the generator, whose FFN is 4 x hidden and "
@@ -102,20 +101,16 @@ class BertologyElectraConfig(JointConfig, ElectraConfig):
                 f"{self.num_attention_heads})"
             )
 
+    def discriminator_config(self) -> ElectraConfig:
+        """The discriminator's architecture as a plain `ElectraConfig` (no recipe fields, no `auto_map`)."""
+        return drop_recipe_fields(self, ElectraConfig, BertologyElectraConfig)
 
-def discriminator_config(config: ElectraConfig) -> ElectraConfig:
-    """The discriminator's architecture as a plain `ElectraConfig` (no recipe fields, no `auto_map`)."""
-    return plain_config(config, ElectraConfig, BertologyElectraConfig)
-
-
-def generator_config(config: ElectraConfig) -> ElectraConfig:
-    """The generator's architecture derived from the discriminator's (official `get_generator_config`).
-
-    Works on any `ElectraConfig` (a checkpoint loaded through remote code keeps the recipe fields as attributes).
-    """
-    fraction = getattr(config, "generator_hidden_fraction", 0.25)
-    generator = discriminator_config(config)
-    generator.hidden_size = int(round(config.hidden_size * fraction))
-    generator.intermediate_size = 4 * generator.hidden_size
-    generator.num_attention_heads = max(1, generator.hidden_size // 64)
-    return generator
+    def generator_sizes(self) -> dict:
+        """The generator's sizes from the discriminator's (official `get_generator_config`): `generator_hidden_fraction`
+        of the width, FFN 4H, heads of 64; `configuration_recipe.generator_config` applies them."""
+        hidden_size = int(round(self.hidden_size * self.generator_hidden_fraction))
+        return {
+            "hidden_size": hidden_size,
+            "intermediate_size": 4 * hidden_size,
+            "num_attention_heads": max(1, hidden_size // 64),
+        }

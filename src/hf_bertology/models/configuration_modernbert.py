@@ -11,7 +11,7 @@ of every number and its official source: docs/recipes/modernbert.md.
 
 from transformers import ModernBertConfig
 
-from .configuration_recipe import check_masking, set_fields
+from .configuration_recipe import set_fields
 
 
 class BertologyModernBertConfig(ModernBertConfig):
@@ -47,7 +47,6 @@ class BertologyModernBertConfig(ModernBertConfig):
         input_format: str = "packed_documents",
         **kwargs,
     ):
-        check_masking(mlm_probability, mask_replace_prob, random_replace_prob, max_predictions_per_seq)
         if masking_draw not in ("bernoulli", "exact"):
             raise ValueError(f"masking_draw must be 'bernoulli' or 'exact', got {masking_draw!r}")
         if attention_output_dropout is not None and not 0.0 <= attention_output_dropout < 1.0:

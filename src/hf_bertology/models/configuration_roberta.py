@@ -7,7 +7,7 @@ next-sentence prediction, FULL-SENTENCES blocks (§4.2 of the paper; fairseq `sa
 
 from transformers import RobertaConfig
 
-from .configuration_recipe import check_masking, set_fields
+from .configuration_recipe import set_fields
 
 
 class BertologyRobertaConfig(RobertaConfig):
@@ -34,6 +34,5 @@ class BertologyRobertaConfig(RobertaConfig):
         input_format: str = "full_sentences",
         **kwargs,
     ):
-        check_masking(mlm_probability, mask_replace_prob, random_replace_prob, max_predictions_per_seq)
         set_fields(self, locals())
         super().__init__(**kwargs)

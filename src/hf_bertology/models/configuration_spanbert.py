@@ -64,8 +64,6 @@ class BertologySpanBertConfig(BertConfig):
         input_format: str = "doc_sentences",
         **kwargs,
     ):
-        if not 0.0 < mlm_probability < 1.0:
-            raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}")
         if span_distribution not in ("geometric", "ngram"):
             raise ValueError(f"span_distribution must be 'geometric' or 'ngram', got {span_distribution!r}")
         if not 1 <= span_lower <= span_upper:
@@ -74,8 +72,6 @@ class BertologySpanBertConfig(BertConfig):
             raise ValueError(f"geometric_p must be in (0, 1], got {geometric_p}")
         if replacement_level not in ("span", "token"):
             raise ValueError(f"replacement_level must be 'span' or 'token', got {replacement_level!r}")
-        if mask_replace_prob < 0 or random_replace_prob < 0 or mask_replace_prob + random_replace_prob > 1:
-            raise ValueError("mask_replace_prob and random_replace_prob must be >= 0 and sum to at most 1")
         if sbo_max_targets < 1 or sbo_position_embedding_size < 1 or sbo_loss_weight < 0:
             raise ValueError("sbo_max_targets and sbo_position_embedding_size must be >= 1, sbo_loss_weight >= 0")
         set_fields(self, locals())

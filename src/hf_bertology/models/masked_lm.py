@@ -66,8 +66,8 @@ def pretraining_losses(
     return_logits: bool | None = None,
     gathered: bool = False,
 ) -> dict:
-    """Every masked-LM model's losses: masked LM through `mlm_head` (`(logits or None, summed loss, predicted ids)`:
-    BERT's fuses the output layer with the loss) plus the sentence task of `key`, given labels; the output's fields.
+    """Every masked-LM model's step: masked LM through `mlm_head` (`(logits or None, summed loss, predicted ids)`: BERT's
+    fuses the output layer with the loss) plus the sentence task of `key`, given labels; the output's fields.
     `gathered`: `sequence_output` is already the `(M, H)` states of the labelled tokens (`last_layer`)."""
     at, targets = labelled(labels, target_positions)
     states = sequence_output if gathered else sequence_output.flatten(0, 1).index_select(0, at)  # (M, H)

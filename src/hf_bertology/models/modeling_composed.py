@@ -8,30 +8,13 @@ gives the same logits); RTD adds the objective's discriminator head and a family
 """
 
 import torch
+import transformers
 from torch import nn
-from transformers import (
-    AlbertForMaskedLM,
-    AlbertModel,
-    AlbertPreTrainedModel,
-    BertForMaskedLM,
-    BertModel,
-    BertPreTrainedModel,
-    DebertaV2ForMaskedLM,
-    DebertaV2Model,
-    DebertaV2PreTrainedModel,
-    ElectraForMaskedLM,
-    ElectraModel,
-    ElectraPreTrainedModel,
-    ModernBertForMaskedLM,
-    ModernBertModel,
-    ModernBertPreTrainedModel,
-    RobertaForMaskedLM,
-    RobertaModel,
-    RobertaPreTrainedModel,
-)
 from transformers import initialization as init
+from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES, MODEL_MAPPING_NAMES
 
-from .configuration_composed import COMPOSED_CONFIGS, generator_config
+from .configuration_composed import COMPOSED_CONFIGS
+from .configuration_recipe import first_position, generator_config
 from .last_layer import subset_inputs
 from .masked_lm import SENTENCE_TASKS, MaskedLMPreTraining, is_packed
 from .outputs import BertologyForPreTrainingOutput
@@ -47,14 +30,15 @@ from .replaced_token_detection import (
 )
 from .span_boundary import SpanBoundaryHead, grow_bias
 
-# model_type -> (backbone class, masked-LM class)
-FAMILIES = {
-    "bert": (BertModel, BertForMaskedLM),
-    "roberta": (RobertaModel, RobertaForMaskedLM),
-    "albert": (AlbertModel, AlbertForMaskedLM),
-    "electra": (ElectraModel, ElectraForMaskedLM),
-    "deberta-v2": (DebertaV2Model, DebertaV2ForMaskedLM),
-    "modernbert": (ModernBertModel, ModernBertForMaskedLM),
+# model_type -> (backbone class, masked-LM class) of every family an objective runs on (`COMPOSED_CONFIGS`), as
+# transformers' Auto classes map them; the backbone's base class is the family's `PreTrainedModel`, which the composed
+# model subclasses
+FAMILY_CLASSES = {
+    model_type: (
+        getattr(transformers, MODEL_MAPPING_NAMES[model_type]),
+        getattr(transformers, MODEL_FOR_MASKED_LM_MAPPING_NAMES[model_type]),
+    )
+    for model_type in COMPOSED_CONFIGS
 }
 
 # model_type -> the family's masked-LM head on `(M, H)` states of a `*ForMaskedLM` (or a model holding its modules)
@@ -68,6 +52,11 @@ MLM_HEADS = {
     ),
     "modernbert": lambda m, h: m.decoder(m.head(h)),
 }
+
+
+# objective -> (attribute, class) of its discriminator head where it is not ELECTRA's per-token one; the names are
+# the paper model's own (DeBERTa-v3's released discriminators: `mask_predictions.*`)
+RTD_HEADS = {"deberta-v3": ("mask_predictions", ClsReplacedTokenDetectionHead)}
 
 
 def _has(module: nn.Module, name: str) -> bool:
@@ -87,7 +76,7 @@ class ComposedForPreTraining(MaskedLMPreTraining, ReplacedTokenDetectionPreTrain
             # e.g. the family's plain config from AutoConfig under trust_remote_code: recipe fields are attributes.
             config = self.config_class(**config.to_dict())
         super().__init__(config)
-        backbone_class, masked_lm_class = FAMILIES[config.model_type]
+        backbone_class, masked_lm_class = FAMILY_CLASSES[config.model_type]
         if config.sentence_task is not None and getattr(config, "type_vocab_size", 0) < 2:
             raise ValueError(f"a sentence task needs two token types; {config.model_type} has none")
         prefix = self.base_model_prefix
@@ -95,10 +84,8 @@ class ComposedForPreTraining(MaskedLMPreTraining, ReplacedTokenDetectionPreTrain
         word_table = next(name for name in WORD_TABLES if _has(self.base_model, name))
         self.rtd = config.replaced_token_detection
         if self.rtd:
-            if config.objective == "deberta-v3":
-                self.mask_predictions = ClsReplacedTokenDetectionHead(config)
-            else:
-                self.discriminator_predictions = DiscriminatorHead(config)
+            name, head = RTD_HEADS.get(config.objective, ("discriminator_predictions", DiscriminatorHead))
+            self.add_module(name, head(config))
             self.generator = masked_lm_class(generator_config(config))
             self._tied_weights_keys = self._share_embeddings(config, masked_lm_class, prefix, word_table)
         else:
@@ -159,10 +146,10 @@ class ComposedForPreTraining(MaskedLMPreTraining, ReplacedTokenDetectionPreTrain
         networks: resize the exported `generator/` and `discriminator/`)."""
         if self.rtd:
             return None
-        return FAMILIES[self.config.model_type][1].get_output_embeddings(self)
+        return FAMILY_CLASSES[self.config.model_type][1].get_output_embeddings(self)
 
     def set_output_embeddings(self, new_embeddings):
-        FAMILIES[self.config.model_type][1].set_output_embeddings(self, new_embeddings)
+        FAMILY_CLASSES[self.config.model_type][1].set_output_embeddings(self, new_embeddings)
 
     def resize_token_embeddings(self, *args, **kwargs):
         embeddings = super().resize_token_embeddings(*args, **kwargs)
@@ -195,7 +182,7 @@ class ComposedForPreTraining(MaskedLMPreTraining, ReplacedTokenDetectionPreTrain
         **inputs,
     ) -> BertologyForPreTrainingOutput:
         """The objective's step: `pretraining_step`'s (masked LM, the sentence task, SBO) or, with replaced-token
-        detection, `_replaced_token_detection`'s; every label the config may switch on is named here."""
+        detection, `replaced_token_detection_step`'s; every label the config may switch on is named here."""
         if self.rtd:
             return self.replaced_token_detection_step(input_ids, attention_mask, labels, **inputs)
         sentence_label = next_sentence_label if self.config.sentence_task == "nsp" else sentence_order_label
@@ -219,10 +206,11 @@ class ComposedForPreTraining(MaskedLMPreTraining, ReplacedTokenDetectionPreTrain
         """The backbone's keyword inputs; a padding-free batch (`cu_seq_lens_q`) drops the mask and, on RoBERTa,
         starts its positions after the padding index."""
         packed = is_packed(self.config, kwargs)
-        if packed and self.config.model_type == "roberta":
-            position_ids = position_ids + self.config.pad_token_id + 1
+        offset = first_position(self.base_model.embeddings) if packed else 0
+        if offset:
+            position_ids = position_ids + offset
         inputs = {"attention_mask": None if packed else attention_mask, "position_ids": position_ids, **kwargs}
-        if self.config.model_type != "modernbert":  # ModernBERT has no token types
+        if hasattr(self.config, "type_vocab_size"):  # ModernBERT has no token types
             inputs["token_type_ids"] = token_type_ids
         return inputs
 
@@ -282,13 +270,8 @@ def _composed_model(family_model: type) -> type:
     return type(name, (ComposedForPreTraining, family_model), namespace)
 
 
-FAMILY_MODELS = (
-    BertPreTrainedModel,
-    RobertaPreTrainedModel,
-    AlbertPreTrainedModel,
-    ElectraPreTrainedModel,
-    DebertaV2PreTrainedModel,
-    ModernBertPreTrainedModel,
-)
-COMPOSED_MODELS = {cls.config_class.model_type: cls for cls in map(_composed_model, FAMILY_MODELS)}
+COMPOSED_MODELS = {
+    cls.config_class.model_type: cls
+    for cls in (_composed_model(backbone_class.__bases__[0]) for backbone_class, _ in FAMILY_CLASSES.values())
+}
 globals().update({cls.__name__: cls for cls in COMPOSED_MODELS.values()})  # where `auto_map` finds them

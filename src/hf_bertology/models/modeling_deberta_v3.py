@@ -12,7 +12,8 @@ import torch
 from torch import nn
 from transformers import DebertaV2ForMaskedLM, DebertaV2Model, DebertaV2PreTrainedModel
 
-from .configuration_deberta_v3 import BertologyDebertaV3Config, generator_config
+from .configuration_deberta_v3 import BertologyDebertaV3Config
+from .configuration_recipe import generator_config
 from .last_layer import deberta_below_last, deberta_rows, scatter_rows, subset_inputs
 from .replaced_token_detection import (
     POSITION_TABLE,

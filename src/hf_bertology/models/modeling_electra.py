@@ -13,7 +13,8 @@ from transformers import ElectraForMaskedLM, ElectraModel, ElectraPreTrainedMode
 from transformers import initialization as init
 from transformers.models.electra.modeling_electra import ElectraDiscriminatorPredictions
 
-from .configuration_electra import BertologyElectraConfig, generator_config
+from .configuration_electra import BertologyElectraConfig
+from .configuration_recipe import generator_config
 from .last_layer import subset_inputs
 from .replaced_token_detection import ReplacedTokenDetectionPreTraining
 

@@ -8,6 +8,7 @@ masked tokens only). docs/recipes/roberta.md.
 from transformers import RobertaModel, RobertaPreTrainedModel
 from transformers.models.roberta.modeling_roberta import RobertaLMHead
 
+from .configuration_recipe import first_position
 from .configuration_roberta import BertologyRobertaConfig
 from .masked_lm import MaskedLMPreTraining
 
@@ -35,7 +36,7 @@ class BertologyRobertaForPreTraining(MaskedLMPreTraining, RobertaPreTrainedModel
 
     def encode(self, input_ids, inputs):
         if inputs.get("cu_seq_lens_q") is not None:  # a padding-free row: RoBERTa's positions start after padding
-            inputs = {**inputs, "position_ids": inputs["position_ids"] + self.config.pad_token_id + 1}
+            inputs = {**inputs, "position_ids": inputs["position_ids"] + first_position(self.roberta.embeddings)}
         return self.roberta(input_ids, return_dict=True, **inputs)
 
     def predict(self, states):

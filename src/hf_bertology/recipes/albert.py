@@ -17,6 +17,7 @@ VARIANT = Variant(
     "unigram",
     backbone="albert",
     parts={"sentence_task": "sop"},
+    card_objective="n-gram masked LM over whole words (n <= 3, 15%, 80/10/10) + sentence-order prediction",
 )
 
 # ALBERT: README pretraining command (docs/recipes/albert.md): batch 4096, lr 0.00176, 3125 warmup, 125k steps, wd

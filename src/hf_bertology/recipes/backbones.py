@@ -18,6 +18,15 @@ class Backbone:
     model_type: str
     architecture_of: str
     packable: bool  # its layers call transformers' AttentionInterface with the varlen keywords (padding-free)
+    # RoBERTa's position ids start after the padding index (`pad_token_id + 1`, transformers' `RobertaEmbeddings`),
+    # so its table holds that many positions more than the longest sequence
+    positions_after_padding: bool = False
+    # Its word table has a width of its own (ALBERT's and ELECTRA's `embedding_size`, DeBERTa's `embed_proj`), so a
+    # generator narrower than the discriminator can still share it
+    own_embedding_width: bool = False
+    # Its generator's plain folder takes the released generator's head names (`legacy=True`: DeBERTa-v3's
+    # `cls.predictions.*`, recipes/deberta_v3.py `LEGACY_HEAD`)
+    legacy_generator_head: bool = False
 
     @property
     def config_class(self) -> type:
@@ -27,17 +36,31 @@ class Backbone:
     def model_class(self) -> type:
         return COMPOSED_MODELS[self.model_type]
 
+    def first_position(self, pad_token_id: int | None) -> int:
+        """The first position id of a sequence: `pad_token_id + 1` where positions start after the padding index."""
+        return pad_token_id + 1 if self.positions_after_padding and pad_token_id is not None else 0
+
 
 BACKBONES: dict[str, Backbone] = {
     "bert": Backbone("bert", "bert", "bert", packable=True),
-    "roberta": Backbone("roberta", "roberta", "roberta", packable=True),
-    "albert": Backbone("albert", "albert", "albert", packable=True),
-    "electra": Backbone("electra", "electra", "electra", packable=True),
-    "deberta": Backbone("deberta", "deberta-v2", "deberta-v3", packable=False),  # DeBERTa-v2 classes, v3 settings
+    "roberta": Backbone("roberta", "roberta", "roberta", packable=True, positions_after_padding=True),
+    "albert": Backbone("albert", "albert", "albert", packable=True, own_embedding_width=True),
+    "electra": Backbone("electra", "electra", "electra", packable=True, own_embedding_width=True),
+    "deberta": Backbone(  # DeBERTa-v2 classes, v3 settings
+        "deberta", "deberta-v2", "deberta-v3", packable=False, own_embedding_width=True, legacy_generator_head=True
+    ),
     "modernbert": Backbone("modernbert", "modernbert", "modernbert", packable=False),
 }
 # Input formats whose examples carry segment B (token type 1): NSP/SOP pairs, ELECTRA's two segments.
 SEGMENT_FORMATS = ("nsp_pairs", "sop_pairs", "electra_segments")
+
+
+def backbone_of(config) -> Backbone | None:
+    """The row of the encoder family `config` (any config, ours or plain) belongs to; None for one of no backbone
+    (XLNet)."""
+    return next((b for b in BACKBONES.values() if b.model_type == getattr(config, "model_type", None)), None)
+
+
 BACKBONE_ALIASES = {"deberta-v2": "deberta", "deberta-v3": "deberta"}
 SIZE_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
 # Set by the tokenizer (adapt_to_tokenizer) or by transformers, never taken from another preset.

@@ -56,6 +56,7 @@ class Variant:
     # Two networks trained together, each also written as a plain folder; the first is the one fine-tuned, whose
     # values a table both share takes. Empty: one network. (An RTD objective on another encoder: composed.py.)
     networks: tuple[Network, ...] = ()
+    card_objective: str = ""  # the objective in one line, as the model card's "objective" row shows it
 
 
 # Encoder sizes: the papers' base/large, a CPU demo (mini) and a test size (tiny).

@@ -28,6 +28,7 @@ VARIANT = Variant(
     prediction_cap=("max_predictions_per_seq", lambda c, n: bert_max_predictions(c.mlm_probability, n)),
     backbone="bert",
     parts={"sentence_task": "nsp"},
+    card_objective="masked LM (exact count, 80/10/10) + next-sentence prediction",
 )
 
 # BERT: Devlin et al. App. A.2 and google-research/bert (docs/recipes/bert.md). Phase 1 of the schedule: length 128.

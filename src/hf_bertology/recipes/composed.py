@@ -6,10 +6,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import transformers
-from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES, MODEL_MAPPING_NAMES
-
 from ..collators import DataCollatorForSpanMasking
+from ..models.modeling_composed import FAMILY_CLASSES
 from ..utils import BertologyError, logger
 from .backbones import (
     BACKBONES,
@@ -77,7 +75,8 @@ def compose(name: str, variant: Variant, backbone_name: str, overrides: dict[str
     architecture_name = f"{backbone.architecture_of}-{size}"
     if architecture_name not in PRESETS:
         architecture_name = f"{backbone.architecture_of}-base"
-    family_fields = _fields(_family_config(backbone.config_class))
+    family_defaults = _family_config(backbone.config_class)().to_dict()
+    family_fields = set(family_defaults)
     architecture = {
         key: value
         for key, value in preset_recipe(architecture_name, {}).config.to_dict().items()
@@ -89,8 +88,8 @@ def compose(name: str, variant: Variant, backbone_name: str, overrides: dict[str
         if key in family_fields:  # the objective's tokenizer family (adapt_to_tokenizer sets the real ids)
             values[key] = getattr(objective_config, key, None)
     max_seq_length = preset["data"].get("max_seq_length", SMALL_DATA.get(size, {}).get("max_seq_length", 128))
-    if "max_position_embeddings" in family_fields:  # RoBERTa's positions start after the padding index
-        needed = max_seq_length + (2 if backbone.model_type == "roberta" else 0)
+    if "max_position_embeddings" in family_fields:  # RoBERTa's positions start after the padding index: its own
+        needed = max_seq_length + backbone.first_position(family_defaults["pad_token_id"])  # (the tokenizer's later)
         values["max_position_embeddings"] = max(values.get("max_position_embeddings") or 0, needed)
     check_override_keys(f"{name}@{backbone.name}", overrides, set(values) | family_fields | set(PART_FIELDS))
     requested = normalise_parts({key: overrides[key] for key in PART_FIELDS if key in overrides})
@@ -147,7 +146,7 @@ def compose(name: str, variant: Variant, backbone_name: str, overrides: dict[str
         raise BertologyError(f"{name}@{backbone.name}: {_one_line(err)}") from None
     return Recipe(
         name=f"{name}@{backbone.name}",
-        variant=variant.name,
+        variant_name=variant.name,
         config=config,
         training_defaults=dict(preset["training"]),
         vocab_size=objective_config.vocab_size,
@@ -160,11 +159,9 @@ def compose(name: str, variant: Variant, backbone_name: str, overrides: dict[str
 
 
 def _can_share_embeddings(backbone: Backbone, values: dict[str, Any]) -> bool:
-    """Whether the generator's word table can have the discriminator's width: always with a factorised embedding
-    (ALBERT, ELECTRA `embedding_size`; DeBERTa's `embed_proj`), else only at the same hidden size."""
-    return (
-        backbone.model_type in ("albert", "electra", "deberta-v2") or values.get("generator_hidden_fraction", 1) == 1
-    )
+    """Whether the generator's word table can have the discriminator's width: always where the table has a width of
+    its own (`Backbone.own_embedding_width`), else only at the same hidden size."""
+    return backbone.own_embedding_width or values.get("generator_hidden_fraction", 1) == 1
 
 
 @functools.cache
@@ -173,17 +170,16 @@ def rtd_networks(backbone: Backbone) -> tuple[Network, Network]:
     model (`RobertaModel` at `roberta.*`), the generator the family's masked LM (`RobertaForMaskedLM` at
     `generator.*`; its output layer is its word table, untied in the joint model only to tie it there). The plain
     configs are those of the networks' modules (the Trainer sets `use_cache` on the joint model's alone)."""
-    base_class = getattr(transformers, MODEL_MAPPING_NAMES[backbone.model_type])
-    masked_lm_class = getattr(transformers, MODEL_FOR_MASKED_LM_MAPPING_NAMES[backbone.model_type])
+    base_class, masked_lm_class = FAMILY_CLASSES[backbone.model_type]
     family = base_class.config_class
 
     def discriminator(joint):
-        return plain_config(joint.config, family)
+        return keep_family_fields(joint.config, family)
 
     def generator(joint):
-        plain = plain_config(joint.generator.config, family)
+        plain = keep_family_fields(joint.generator.config, family)
         plain.tie_word_embeddings = True
-        if plain.model_type == "deberta-v2":
+        if backbone.legacy_generator_head:
             plain.legacy = True  # the released generator's names (deberta_v3.LEGACY_HEAD)
         return plain
 
@@ -198,7 +194,7 @@ def rtd_networks(backbone: Backbone) -> tuple[Network, Network]:
 OPTIONAL_FIELDS = ("embedding_size",)
 
 
-def plain_config(config, config_class):
+def keep_family_fields(config, config_class):
     """`config` as the family's own config: only the fields that class has (no recipe fields, no `auto_map`).
     `layer_types` is cut to the depth (a generator's config was made shallower after construction, and the network
     built the first `num_hidden_layers` of them)."""

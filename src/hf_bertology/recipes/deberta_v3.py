@@ -8,11 +8,8 @@ from typing import Any
 from transformers import DebertaV2Config, DebertaV2ForMaskedLM, DebertaV2Model
 
 from ..collators import DataCollatorForWindowMasking
-from ..models.configuration_deberta_v3 import (
-    BertologyDebertaV3Config,
-    discriminator_config,
-    generator_config,
-)
+from ..models.configuration_deberta_v3 import BertologyDebertaV3Config
+from ..models.configuration_recipe import generator_config
 from ..models.modeling_deberta_v3 import BertologyDebertaV3ForPreTraining
 from .base import SIZES, SMALL_DATA, Network, Variant, make_preset
 
@@ -83,7 +80,7 @@ VARIANT = Variant(
     # the generator at half the depth, same width (official rtd_*.json); + embedding_sharing
     parts={"replaced_token_detection": True, "generator_layers_fraction": 0.5},
     networks=(
-        Network("discriminator", DebertaV2Model, "deberta.", lambda joint: discriminator_config(joint.config)),
+        Network("discriminator", DebertaV2Model, "deberta.", lambda joint: joint.config.discriminator_config()),
         Network(
             "generator",
             DebertaV2ForMaskedLM,
@@ -93,6 +90,9 @@ VARIANT = Variant(
             may_lack=("deberta.embeddings.position_embeddings.weight",),  # its EMD positions: checkpoints before EMD
         ),
     ),
+    card_objective="replaced-token detection (DeBERTa-v3): half-depth generator MLM (exact count, all [MASK]) + 10 x "
+    "discriminator BCE over all tokens (the official script's lambda), gradient-disentangled embedding sharing (or "
+    "ES/NES, see the recipe)",
 )
 
 

@@ -7,7 +7,8 @@ from typing import Any
 from transformers import ElectraForMaskedLM, ElectraForPreTraining
 
 from ..collators import DataCollatorForMaskedLM
-from ..models.configuration_electra import BertologyElectraConfig, discriminator_config, generator_config
+from ..models.configuration_electra import BertologyElectraConfig
+from ..models.configuration_recipe import generator_config
 from ..models.modeling_electra import BertologyElectraForPreTraining
 from .base import SMALL_DATA, Network, Variant, make_preset
 
@@ -29,9 +30,11 @@ VARIANT = Variant(
     backbone="electra",
     parts={"replaced_token_detection": True, "embedding_sharing": "es"},  # + generator_hidden_fraction
     networks=(
-        Network("discriminator", ElectraForPreTraining, "", lambda joint: discriminator_config(joint.config)),
+        Network("discriminator", ElectraForPreTraining, "", lambda joint: joint.config.discriminator_config()),
         Network("generator", ElectraForMaskedLM, "generator.", lambda joint: generator_config(joint.config)),
     ),
+    card_objective="replaced-token detection: generator MLM (exact count, 85% [MASK] / 15% kept) + 50 x "
+    "discriminator BCE over all tokens on Gumbel-sampled replacements, shared embeddings",
 )
 
 # ELECTRA: google-research/electra configure_pretraining.py and Table 6 of Clark et al. (docs/recipes/electra.md):

@@ -18,6 +18,8 @@ VARIANT = Variant(
     "bpe",
     plain_auto_class="AutoModelForMaskedLM",
     backbone="modernbert",
+    card_objective="masked LM with 30% dynamic masking (80/10/10), whole documents packed and kept apart, sparse "
+    "prediction",
 )
 
 # ModernBERT: AnswerDotAI/ModernBERT, branch pretraining_documentation, yamls/modernbert/modernbert-{base,large}-

@@ -15,9 +15,11 @@ from . import albert, bert, deberta_v3, electra, modernbert, roberta, spanbert, 
 from .backbones import BACKBONES, PART_FIELDS
 from .base import CONFIG_ERRORS, Network, Variant, _fields, _one_line, check_override_keys
 
-FAMILIES = (bert, roberta, spanbert, albert, xlnet, electra, deberta_v3, modernbert)
-VARIANTS: dict[str, Variant] = {family.VARIANT.name: family.VARIANT for family in FAMILIES}
-PRESETS: dict[str, dict[str, Any]] = {name: preset for family in FAMILIES for name, preset in family.PRESETS.items()}
+FAMILY_MODULES = (bert, roberta, spanbert, albert, xlnet, electra, deberta_v3, modernbert)
+VARIANTS: dict[str, Variant] = {family.VARIANT.name: family.VARIANT for family in FAMILY_MODULES}
+PRESETS: dict[str, dict[str, Any]] = {
+    name: preset for family in FAMILY_MODULES for name, preset in family.PRESETS.items()
+}
 
 
 @dataclass
@@ -25,7 +27,7 @@ class Recipe:
     """A preset made concrete: the config (architecture + objective) and everything needed to train it."""
 
     name: str
-    variant: str
+    variant_name: str  # the objective's variant (a key of VARIANTS; `variant` is its row)
     config: PretrainedConfig
     training_defaults: dict[str, Any]
     vocab_size: int
@@ -44,36 +46,36 @@ class Recipe:
 
     def __post_init__(self) -> None:
         if self.networks is None:
-            self.networks = self.spec.networks if self.backbone is None else ()
+            self.networks = self.variant.networks if self.backbone is None else ()
 
     @property
-    def spec(self) -> Variant:
-        """The objective's variant: collator, tokenizer family, prediction cap, Trainer."""
-        return VARIANTS[self.variant]
+    def variant(self) -> Variant:
+        """The objective's variant row: collator, tokenizer family, prediction cap, Trainer."""
+        return VARIANTS[self.variant_name]
 
     @property
     def config_class(self) -> type:
-        return BACKBONES[self.backbone].config_class if self.backbone else self.spec.config_class
+        return BACKBONES[self.backbone].config_class if self.backbone else self.variant.config_class
 
     @property
     def model_class(self) -> type:
-        return BACKBONES[self.backbone].model_class if self.backbone else self.spec.model_class
+        return BACKBONES[self.backbone].model_class if self.backbone else self.variant.model_class
 
     @property
     def plain_auto_class(self) -> str:
         """The plain-transformers class that loads the checkpoint (a composed RTD model: its discriminator)."""
         if self.backbone is None:
-            return self.spec.plain_auto_class
+            return self.variant.plain_auto_class
         return "AutoModel" if self.config.replaced_token_detection else "AutoModelForMaskedLM"
 
     @property
     def padding_free(self) -> bool:
         """Whether batches can be flattened (collators/flatten.py) for this model."""
-        return BACKBONES[self.backbone].packable if self.backbone else self.spec.padding_free
+        return BACKBONES[self.backbone].packable if self.backbone else self.variant.padding_free
 
     @property
     def tokenizer_type(self) -> str:
-        return self.spec.tokenizer_type
+        return self.variant.tokenizer_type
 
     def train_tokenizer(
         self, texts: Iterable[str], vocab_size: int | None = None, length: int | None = None
@@ -83,7 +85,7 @@ class Recipe:
             texts,
             self.tokenizer_type,
             vocab_size or self.vocab_size,
-            tokenizer_class=self.spec.tokenizer_class,
+            tokenizer_class=self.variant.tokenizer_class,
             length=length,
             **self.tokenizer_kwargs,
         )
@@ -111,12 +113,12 @@ class Recipe:
         """
         self.max_seq_length = max_seq_length
         explicit = set(explicit) | set(self.explicit)
-        for name, rule in self.spec.length_rules.items():
+        for name, rule in self.variant.length_rules.items():
             if name not in explicit and getattr(self.config, name, None):
                 setattr(self.config, name, rule(self.config, max_seq_length))
-        if self.spec.prediction_cap is None:
+        if self.variant.prediction_cap is None:
             return self.config
-        name, rule = self.spec.prediction_cap
+        name, rule = self.variant.prediction_cap
         if name in explicit:
             self.config.predictions_follow_length = False  # saved with the checkpoint: a continued run keeps it
         if getattr(self.config, "predictions_follow_length", True) and getattr(self.config, name) is not None:
@@ -129,7 +131,7 @@ class Recipe:
 
     def build_collator(self, tokenizer: PreTrainedTokenizerBase, **overrides):
         """The collator the config's objective needs (`from_config`)."""
-        return self.spec.collator_class.from_config(self.config, tokenizer, **overrides)
+        return self.variant.collator_class.from_config(self.config, tokenizer, **overrides)
 
 
 def preset_recipe(name: str, config_overrides: dict[str, Any]) -> Recipe:
@@ -149,7 +151,7 @@ def preset_recipe(name: str, config_overrides: dict[str, Any]) -> Recipe:
         raise BertologyError(f"{name}: {_one_line(err)}") from None
     return Recipe(
         name=name,
-        variant=variant.name,
+        variant_name=variant.name,
         config=config,
         training_defaults=dict(preset["training"]),
         vocab_size=vocab_size,

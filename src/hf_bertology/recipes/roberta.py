@@ -17,6 +17,7 @@ VARIANT = Variant(
     "bpe",
     plain_auto_class="AutoModelForMaskedLM",
     backbone="roberta",
+    card_objective="masked LM with dynamic masking (exact count, 80/10/10), FULL-SENTENCES blocks, no NSP",
 )
 
 # RoBERTa: Liu et al. Table 9 (docs/recipes/roberta.md): β2 0.98, ε 1e-6, no clipping, 500k steps of batch 8k at

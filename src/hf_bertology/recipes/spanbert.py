@@ -18,6 +18,7 @@ VARIANT = Variant(
     plain_auto_class="AutoModelForMaskedLM",
     backbone="bert",
     parts={"span_boundary_objective": True},
+    card_objective="geometric span masking over whole words (15%, 80/10/10 per span) + span boundary objective, no NSP",
 )
 
 # SpanBERT: the official README command (docs/recipes/spanbert.md): lr 1e-4, 10k warmup, polynomial decay (power 1,

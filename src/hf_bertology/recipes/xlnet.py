@@ -31,6 +31,8 @@ VARIANT = Variant(
         "perm_size": lambda c, n: n // 2,
         "mem_len": lambda c, n: n * 3 // 4,
     },
+    card_objective="permutation LM (two-stream attention): 1/6 of the tokens, in whole-word spans, predicted in a "
+    "random factorisation order; memory of the previous segment",
 )
 
 # XLNet: Yang et al. (paper, Large: batch 8192, 500k steps, lr 4e-4, warmup 40k, linear decay, Adam eps 1e-6, wd 0.01)

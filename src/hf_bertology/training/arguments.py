@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import TrainingArguments
 
-from ..hub import keep_token_out_of_files
+from ..hub.push import keep_token_out_of_files
 from ..recipes.recipe import Recipe
 from ..recipes.registry import list_recipes
 from ..utils import (
@@ -214,7 +214,7 @@ def fast_path(
         torch.cuda.is_available()
         and not training_args.use_cpu
         and training_args.torch_compile
-        and recipe.variant in CUDA_GRAPH_VARIANTS
+        and recipe.variant_name in CUDA_GRAPH_VARIANTS
         and recipe.backbone is None
         and data_args.padding_free is not False
         and not data_args.streaming

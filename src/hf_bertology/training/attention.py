@@ -19,11 +19,10 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from ..models.masked_lm import PACKED_IMPLEMENTATIONS
 from ..utils import BertologyError
 
-PACKED_ATTENTION = "sdpa_packed"
-# Implementations that read `cu_seq_lens_q`: a packed batch under any other would attend across examples.
-PACKED_IMPLEMENTATIONS = (PACKED_ATTENTION, "flash_attention_2", "flash_attention_3", "flash_attention_4")
+PACKED_ATTENTION = PACKED_IMPLEMENTATIONS[0]  # "sdpa_packed": ours, registered by `register_packed_attention`
 
 
 def _repad_sdpa(
@@ -252,7 +251,6 @@ def configure_attention(
 __all__ = [
     "configure_attention",
     "PACKED_ATTENTION",
-    "PACKED_IMPLEMENTATIONS",
     "default_attention",
     "layout_keys_read",
     "packed_attention_forward",

@@ -218,10 +218,6 @@ def rotate(
     return deleted
 
 
-def is_disk_full(err: BaseException) -> bool:
-    return isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)
-
-
 # What the writers that are not Python's own raise when a write fails part-way (a full disk, a quota, a file size
 # limit): torch.save a RuntimeError ("unexpected pos 576 vs 534", "basic_ios::clear: iostream error", "file write
 # failed"), safetensors a SafetensorError ("I/O error: No space left on device (os error 28)").

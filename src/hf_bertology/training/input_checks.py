@@ -100,8 +100,8 @@ def check_config(config, where: str = "the config") -> None:
 
     XLNet's `max_position_embeddings` does not exist (relative positions); RoBERTa's counts the padding offset too."""
     for key in POSITIVE_KEYS:
-        if key == "max_position_embeddings" and config.model_type == "xlnet":
-            continue  # -1: relative positions, no table
+        if key == "max_position_embeddings" and key not in vars(config):
+            continue  # a read-only property, not a field: XLNet's -1 (relative positions, no table)
         value = getattr(config, key, None)
         if isinstance(value, int) and not isinstance(value, bool):
             check_range(f"{key} ({where})", value, 1)

@@ -11,7 +11,9 @@ import os
 import shutil
 from pathlib import Path
 
-from ..hub import push_from_training_args, save_folder, write_model_card
+from ..hub.cards import write_model_card
+from ..hub.folders import save_folder
+from ..hub.push import push_from_training_args
 from ..joint import write_part_folders
 from ..recipes.recipe import Recipe
 from ..utils import BertologyError, logger
@@ -51,7 +53,7 @@ def write_final_folder(trainer, recipe, data_args, metrics, push_args, folder: P
     """Every file of the final folder, written into `folder`: a joint model's part folders, then the folder itself
     and its card, which names them; the cards name `shown_as`, where it will be."""
     continued = getattr(trainer.model, "continued_from", ())  # run_recipe.build_model: the card's base_model
-    card = dict(recipe=recipe.name, variant=recipe.variant, corpus=describe_corpus(data_args), base_model=continued)
+    card = dict(recipe=recipe.name, variant=recipe.variant_name, corpus=describe_corpus(data_args), base_model=continued)
     write_part_folders(
         trainer.model,
         recipe.networks,
@@ -71,7 +73,7 @@ def write_final_folder(trainer, recipe, data_args, metrics, push_args, folder: P
         folder,
         trainer.model,
         recipe=recipe.name,
-        variant=recipe.variant,
+        variant=recipe.variant_name,
         corpus=describe_corpus(data_args),
         steps=trainer.state.global_step,
         tokens_seen=int(trainer.state.num_input_tokens_seen or 0),

@@ -12,7 +12,7 @@ import datasets
 from transformers import AutoTokenizer, TrainingArguments
 
 from ..joint import check_weights, joint_config, load_parts, read_weights
-from ..recipes.backbones import BACKBONES
+from ..recipes.backbones import BACKBONES, backbone_of
 from ..recipes.base import check_override_keys, parse_overrides
 from ..recipes.networks import Kind, is_joint, kind_of
 from ..recipes.recipe import Recipe
@@ -57,7 +57,7 @@ def check_family(source: str, recipe: Recipe, kind: Kind | None) -> None:
         )
     variant = kind.variant if kind is not None else None
     backbone = kind.backbone.name if variant is not None and kind.backbone is not None else None
-    if variant is not None and (variant.name, backbone) != (recipe.variant, recipe.backbone):
+    if variant is not None and (variant.name, backbone) != (recipe.variant_name, recipe.backbone):
         # its config carries its own objective's fields and auto_map: read into this recipe's config class, they
         # would make a folder that names modeling code it does not hold
         written = variant.name + (f"@{backbone}" if backbone else "")
@@ -251,12 +251,13 @@ NO_POSITION_TABLE = 1 << 30  # `max_positions` of a model with relative position
 
 
 def max_positions(config) -> int:
-    """How many tokens the model's position table holds (RoBERTa's starts after the padding index)."""
+    """How many tokens the model's position table holds (`Backbone.first_position`: RoBERTa's starts after the
+    padding index)."""
     limit = getattr(config, "max_position_embeddings", None)
     if limit is None or limit <= 0:  # relative positions (XLNet): no table
         return NO_POSITION_TABLE
-    offset = config.pad_token_id + 1 if config.model_type == "roberta" and config.pad_token_id is not None else 0
-    return limit - offset
+    backbone = backbone_of(config)
+    return limit - (backbone.first_position(config.pad_token_id) if backbone else 0)
 
 
 def check_lengths(config, max_seq_length: int) -> None:

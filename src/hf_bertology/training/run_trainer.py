@@ -44,7 +44,7 @@ def build_trainer(
     TrainingArguments for the final push: `--push_to_hub` pushes the finished Hub-format folder once
     (`write_outputs`), so the Trainer's own pushes (every checkpoint, its generic model card) are turned off."""
     push_args, training_args.push_to_hub = copy.copy(training_args), False
-    trainer = trainer_class(recipe.spec.trainer_class)(
+    trainer = trainer_class(recipe.variant.trainer_class)(
         model=model,
         args=training_args,
         train_dataset=train_dataset,

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...hub import keep_token_out_of_files
+from ...hub.push import keep_token_out_of_files
 from ...training.input_checks import check_counts, check_range, check_training_arguments
 from ...utils import accelerator_defaults, argument_parser, parse_arguments
 from .tasks import GLUE_TASKS

@@ -16,7 +16,7 @@ from typing import Any
 import datasets
 import numpy as np
 
-from ...hub import push_from_training_args
+from ...hub.push import push_from_training_args
 from ...training.checkpoints import apply_umask
 from ...training.layerwise_lr import electra_schedule, layerwise_lr_optimizer
 from ...training.optimizers import OfficialOptimizers
