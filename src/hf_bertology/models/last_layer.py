@@ -123,24 +123,32 @@ def _deberta_model(self, input_ids=None, attention_mask=None, *args, **kwargs):
     return BaseModelOutput(last_hidden_state=rows[None])  # (1, M, H)
 
 
+def _deberta_wrapped(backbone: nn.Module) -> nn.Module | None:
+    """DeBERTa's model, unless it runs EMD-like passes of its own (`z_steps`) or its convolution follows the first
+    layer when that is the last."""
+    conv_last = backbone.encoder.conv is not None and len(backbone.encoder.layer) == 1
+    return backbone if getattr(backbone, "z_steps", 0) <= 1 and not conv_last else None
+
+
+def _encoder_last(backbone: nn.Module) -> nn.Module:
+    return backbone.encoder.layer[-1]
+
+
+# model_type -> (the module `install_subset` wraps, read off the backbone; its forward taking `last_layer_positions`)
+SUBSETS = {
+    "bert": (_encoder_last, _wrapped_layer(_bert_layer)),
+    "roberta": (_encoder_last, _wrapped_layer(_bert_layer)),
+    "electra": (_encoder_last, _wrapped_layer(_bert_layer)),
+    "albert": (lambda backbone: backbone.encoder, _albert_encoder),  # its one layer is shared across depths
+    "deberta-v2": (_deberta_wrapped, _deberta_model),  # its keywords do not reach its layers
+    "modernbert": (lambda backbone: backbone.layers[-1], _wrapped_layer(_modernbert_layer)),
+}
+
+
 def _last_layer(backbone: nn.Module) -> nn.Module | None:
-    """The module `install_subset` wraps: the last layer, ALBERT's encoder or DeBERTa's model."""
-    kind = backbone.config.model_type
-    if kind == "albert":
-        return backbone.encoder
-    if kind == "deberta-v2":
-        # z_steps: the model's own EMD-like passes; a convolution after the first layer, when that is the last
-        conv_last = backbone.encoder.conv is not None and len(backbone.encoder.layer) == 1
-        return backbone if getattr(backbone, "z_steps", 0) <= 1 and not conv_last else None
-    if kind == "modernbert":
-        return backbone.layers[-1]
-    if kind in LAYERS:
-        return backbone.encoder.layer[-1]
-    return None
-
-
-# model_type -> the last layer's forward on the rows (`(layer, hidden (B, T, H), at, *layer args) -> (M, H)`)
-LAYERS = {"bert": _bert_layer, "roberta": _bert_layer, "electra": _bert_layer, "modernbert": _modernbert_layer}
+    """The module `install_subset` wraps: the last layer, ALBERT's encoder or DeBERTa's model (None: not exact)."""
+    entry = SUBSETS.get(backbone.config.model_type)
+    return None if entry is None else entry[0](backbone)
 
 
 def install_subset(backbone: nn.Module | None) -> None:
@@ -150,9 +158,7 @@ def install_subset(backbone: nn.Module | None) -> None:
         return
     module._full_forward = module.forward
     module.last_layer_subset = True
-    kind = backbone.config.model_type
-    forward = {"albert": _albert_encoder, "deberta-v2": _deberta_model}.get(kind) or _wrapped_layer(LAYERS[kind])
-    module.forward = MethodType(forward, module)
+    module.forward = MethodType(SUBSETS[backbone.config.model_type][1], module)
 
 
 def use_last_layer_subset(model: nn.Module, enabled: bool = True) -> nn.Module:

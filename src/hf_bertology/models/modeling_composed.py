@@ -57,6 +57,9 @@ MLM_HEADS = {
 # objective -> (attribute, class) of its discriminator head where it is not ELECTRA's per-token one; the names are
 # the paper model's own (DeBERTa-v3's released discriminators: `mask_predictions.*`)
 RTD_HEADS = {"deberta-v3": ("mask_predictions", ClsReplacedTokenDetectionHead)}
+# objectives whose official code trains each network with its own optimizer, so clips each apart (DeBERTa-v3:
+# `rtd_task.py:265,351`); every other (ELECTRA: one optimizer, `model/optimization.py:62`) clips the whole model
+CLIPS_APART = frozenset({"deberta-v3"})
 
 
 def _has(module: nn.Module, name: str) -> bool:
@@ -248,7 +251,7 @@ class ComposedForPreTraining(MaskedLMPreTraining, ReplacedTokenDetectionPreTrain
         """DeBERTa-v3's objective clips each network's gradient norm apart, as its decoupled training (one optimizer
         a network, `rtd_task.py:265,351`; `BertologyTrainer` reads this): the generator's, then the rest. Any other
         objective (ELECTRA: one optimizer, `model/optimization.py:62`) clips the whole model: None."""
-        if not (self.rtd and self.config.objective == "deberta-v3"):
+        if not (self.rtd and self.config.objective in CLIPS_APART):
             return None
         generator = [p for p in self.generator.parameters() if p.requires_grad]
         in_generator = {id(p) for p in generator}

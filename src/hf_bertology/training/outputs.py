@@ -53,7 +53,9 @@ def write_final_folder(trainer, recipe, data_args, metrics, push_args, folder: P
     """Every file of the final folder, written into `folder`: a joint model's part folders, then the folder itself
     and its card, which names them; the cards name `shown_as`, where it will be."""
     continued = getattr(trainer.model, "continued_from", ())  # run_recipe.build_model: the card's base_model
-    card = dict(recipe=recipe.name, variant=recipe.variant_name, corpus=describe_corpus(data_args), base_model=continued)
+    card = dict(
+        recipe=recipe.name, variant=recipe.variant_name, corpus=describe_corpus(data_args), base_model=continued
+    )
     write_part_folders(
         trainer.model,
         recipe.networks,
