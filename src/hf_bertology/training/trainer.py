@@ -28,6 +28,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, IntervalStrategy
 from ..collators.base import EXAMPLE_ID, CollatorWrapper
 from ..utils import logger
 from .checkpoints import last_complete_checkpoint, mark_complete, prepare_folder, rotate, save_failed, write_failure
+from .kernels import choose_optimizer_kernels
 from .optimizers import AdamWNoBiasCorrection, decays_from_start, warmup_linear_schedule, without_bias_correction
 from .phases import restart_override
 
@@ -150,6 +151,8 @@ class BertologyTrainer(Trainer):
     def create_optimizer(self, model=None):
         fresh = self.optimizer is None
         optimizer = super().create_optimizer(model)
+        if fresh:  # StableAdamW's Triton kernel only where its parameters are (kernels.py)
+            choose_optimizer_kernels(optimizer, self.args.optim_args)
         start = getattr(self, "phase_start", None)  # 10.
         if fresh and start is not None and not getattr(self, "_resuming", False):
             restart_override(optimizer, start, self.args.learning_rate, self.args.weight_decay)

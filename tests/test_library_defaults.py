@@ -1,0 +1,98 @@
+"""A library's kernel chosen from the device, not from what is installed (issue 47; training/kernels.py): torch's default
+wheel installs triton, and torch-optimi then defaults StableAdamW to its Triton kernel even on a CPU. Each test runs
+on a CPU with the library believing triton imports, as it does with that wheel (on such a venv the patch is a no-op)."""
+
+from __future__ import annotations
+
+import copy
+
+import optimi
+import optimi.utils
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import TrainerCallback
+
+from hf_bertology.training.kernels import choose_optimizer_kernels
+from platform_support import write_corpus
+
+
+@pytest.fixture
+def triton_installed(monkeypatch):
+    """optimi as torch's CUDA wheel leaves it: `HAS_TRITON` (what its default reads) is True."""
+    monkeypatch.setattr(optimi.utils, "HAS_TRITON", True)
+
+
+class LastOptimizer(TrainerCallback):
+    def on_train_end(self, args, state, control, optimizer=None, **kwargs):
+        self.steps = state.global_step
+        self.groups = getattr(optimizer, "optimizer", optimizer).param_groups  # inside accelerate's wrapper
+
+
+def pretrain_modernbert(tmp_path, name: str, *flags: str) -> tuple[LastOptimizer, dict[str, torch.Tensor]]:
+    from hf_bertology.training.pretrain import main
+
+    corpus = write_corpus(tmp_path / "corpus.txt")
+    argv = ["--recipe", "modernbert-tiny", "--train_file", str(corpus), "--output_dir", str(tmp_path / name)]
+    argv += ["--max_seq_length", "64", "--per_device_train_batch_size", "4", "--use_cpu", "true", "--vocab_size"]
+    argv += ["300", "--max_steps", "3", "--save_strategy", "no", "--disable_tqdm", "true", "--seed", "0", *flags]
+    probe = LastOptimizer()
+    main(argv, callbacks=[probe])
+    return probe, load_file(tmp_path / name / "model.safetensors")
+
+
+def test_stableadamw_trains_on_cpu_with_triton_importable_as_the_foreach_path(tmp_path, monkeypatch):
+    """optimi 0.3.3 `StableAdamW._init_group` sets `triton = _default_to_triton(params)` on a still-empty list: with
+    triton importable that ran the Triton kernel on CPU tensors (`RuntimeError: 0 active drivers`). Three real steps
+    of the recipe now take the plain loop and end on the weights of the foreach path (asked for explicitly)."""
+    monkeypatch.setattr(optimi.utils, "HAS_TRITON", True)
+    run, weights = pretrain_modernbert(tmp_path, "default")
+    assert all(g["triton"] is False and g["foreach"] is False for g in run.groups)  # torch's rule on a CPU
+    assert run.steps == 3 and all(int(g["step"]) == 3 for g in run.groups)
+    monkeypatch.undo()
+    reference, foreach_weights = pretrain_modernbert(
+        tmp_path, "foreach", "--optim_args", "decouple_lr=True,foreach=True"
+    )
+    assert all(g["triton"] is False and g["foreach"] is True for g in reference.groups)
+    assert weights.keys() == foreach_weights.keys()
+    for name, value in weights.items():
+        torch.testing.assert_close(value, foreach_weights[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def tiny_optimizer(**kwargs) -> tuple[torch.nn.Module, optimi.StableAdamW]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))
+    return model, optimi.StableAdamW(model.parameters(), lr=1e-2, **kwargs)
+
+
+def step(model, optimizer) -> None:
+    model(torch.ones(4, 8)).square().sum().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+def test_a_users_explicit_choice_wins(triton_installed):
+    """`--optim_args triton=True` (or foreach=...) is the user's: set as given, whatever the device."""
+    _, optimizer = tiny_optimizer()
+    choose_optimizer_kernels(optimizer, "decouple_lr=True,triton=True,foreach=False")
+    assert [(g["triton"], g["foreach"]) for g in optimizer.param_groups] == [(True, False)]
+
+
+def test_a_state_saved_with_triton_loads_onto_the_cpu_path(triton_installed):
+    """A checkpoint written on a GPU holds `triton: True` in its groups; loaded where the parameters are on a CPU,
+    the group takes the CPU path and steps as a CPU optimizer loaded from its own state does."""
+    model, optimizer = tiny_optimizer()
+    choose_optimizer_kernels(optimizer, None)
+    step(model, optimizer)
+    saved = optimizer.state_dict()
+    from_gpu = {**saved, "param_groups": [{**g, "triton": True} for g in saved["param_groups"]]}
+    results = []
+    for state in (saved, from_gpu):
+        resumed_model, resumed = tiny_optimizer()
+        resumed_model.load_state_dict(model.state_dict())
+        choose_optimizer_kernels(resumed, None)
+        resumed.load_state_dict(copy.deepcopy(state))  # its tensors would be stepped in place
+        assert [g["triton"] for g in resumed.param_groups] == [False]
+        step(resumed_model, resumed)
+        results.append(torch.cat([p.flatten() for p in resumed_model.parameters()]))
+    torch.testing.assert_close(results[0], results[1], rtol=0, atol=0)
