@@ -75,7 +75,7 @@ def run_pretraining(
         recipe = settle_recipe(recipe, tokenizer, data_args, model_args)  # the run's values: later steps read them
         collator = recipe.build_collator(tokenizer)  # fails early on a tokenizer without a mask token
         model = build_model(recipe, model_args)
-        model, collator = configure_batches(recipe, model, collator, model_args, data_args)
+        model, collator = configure_batches(recipe, model, collator, model_args, data_args, training_args.device)
         train_dataset, eval_dataset = build_datasets(corpus, eval_corpus, tokenizer, recipe, data_args, training_args)
         trainer, push_args = build_trainer(
             recipe, model, tokenizer, collator, train_dataset, eval_dataset, training_args, callbacks
