@@ -32,7 +32,9 @@ class LastStep(TrainerCallback):
         self.attention = model.config._attn_implementation
 
 
-def pretrain(tmp_path, name: str, *flags: str, recipe="modernbert-tiny") -> tuple[LastStep, dict[str, torch.Tensor]]:
+def pretrain(
+    tmp_path, name: str, *flags: str, recipe="modernbert-tiny", callbacks=()
+) -> tuple[LastStep, dict[str, torch.Tensor]]:
     from hf_bertology.training.pretrain import main
 
     corpus = write_corpus(tmp_path / "corpus.txt")
@@ -40,7 +42,7 @@ def pretrain(tmp_path, name: str, *flags: str, recipe="modernbert-tiny") -> tupl
     argv += ["--max_seq_length", "64", "--per_device_train_batch_size", "4", "--use_cpu", "true", "--vocab_size"]
     argv += ["300", "--max_steps", "3", "--save_strategy", "no", "--disable_tqdm", "true", "--seed", "0", *flags]
     probe = LastStep()
-    main(argv, callbacks=[probe])
+    main(argv, callbacks=[probe, *callbacks])
     return probe, load_file(tmp_path / name / "model.safetensors")
 
 
@@ -104,10 +106,14 @@ def test_a_cpu_run_on_a_machine_with_flash_attn_takes_sdpa(tmp_path, monkeypatch
     trains with the packed SDPA, as on a machine without them (`attention.default_attention` for the run's device)."""
     from hf_bertology.training import attention
 
+    class NoGpuFromHere(TrainerCallback):  # torch's own optimizer step would then look for a real one
+        def on_train_begin(self, *args, **kwargs):
+            monkeypatch.undo()
+
     find_spec = importlib.util.find_spec
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine...
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine while the run is set up...
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: name == "flash_attn" or find_spec(name, *a))
-    run, _ = pretrain(tmp_path, "cpu", recipe="bert-tiny")  # ...and a CPU run (--use_cpu)
+    run, _ = pretrain(tmp_path, "cpu", recipe="bert-tiny", callbacks=[NoGpuFromHere()])  # ...and a CPU run
     assert run.steps == 3 and run.attention == attention.PACKED_ATTENTION
 
 
