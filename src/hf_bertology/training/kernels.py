@@ -26,7 +26,7 @@ KERNEL_KEYS = ("triton", "foreach")  # optimi's per-group switches
 def triton_runs_on(params: list[torch.Tensor]) -> bool:
     """optimi's Triton kernels run on `params`: triton imports (optimi's `HAS_TRITON`) and every parameter is on a
     CUDA device that has bf16. An empty list is not a device that runs them."""
-    has_triton = importlib.import_module("optimi.utils").HAS_TRITON
+    has_triton = importlib.import_module("optimi.utils").HAS_TRITON  # at call time: optimi imports triton
     return has_triton and bool(params) and all(p.is_cuda for p in params) and torch.cuda.is_bf16_supported()
 
 
