@@ -188,13 +188,17 @@ def register_packed_attention() -> str:
     return PACKED_ATTENTION
 
 
-def flash_attention_available() -> bool:
-    return torch.cuda.is_available() and importlib.util.find_spec("flash_attn") is not None
+def flash_attention_available(device: torch.device | None = None) -> bool:
+    """flash-attn installed and the run on CUDA: `device`, the run's (a `--use_cpu` run on a GPU machine is a CPU
+    run); None: the machine's GPU, if any. flash-attn's kernels take CUDA tensors only."""
+    on_cuda = torch.cuda.is_available() if device is None else torch.device(device).type == "cuda"
+    return on_cuda and importlib.util.find_spec("flash_attn") is not None
 
 
-def default_attention(padding_free: bool) -> str:
-    """The fastest attention available: `flash_attention_2` when installed (CUDA), else SDPA (packed-aware)."""
-    if flash_attention_available():
+def default_attention(padding_free: bool, device: torch.device | None = None) -> str:
+    """The fastest attention available on `device`: `flash_attention_2` when installed (CUDA), else SDPA
+    (packed-aware)."""
+    if flash_attention_available(device):
         return "flash_attention_2"
     return register_packed_attention() if padding_free else "sdpa"
 
@@ -209,17 +213,19 @@ def set_attention(model: torch.nn.Module, implementation: str) -> torch.nn.Modul
     return model
 
 
-def use_padding_free(model: torch.nn.Module, implementation: str | None = None) -> torch.nn.Module:
-    """Make `model` accept padding-free batches: an attention implementation that reads `cu_seq_lens_q`."""
-    implementation = implementation or default_attention(padding_free=True)
+def use_padding_free(model: torch.nn.Module, implementation: str | None = None, device=None) -> torch.nn.Module:
+    """Make `model` accept padding-free batches: an attention implementation that reads `cu_seq_lens_q` (the
+    fastest on `device`, the run's, unless `implementation` is named)."""
+    implementation = implementation or default_attention(padding_free=True, device=device)
     if implementation not in PACKED_IMPLEMENTATIONS:
         raise ValueError(f"padding-free batches need one of {PACKED_IMPLEMENTATIONS}, not {implementation!r}")
     return set_attention(model, implementation)
 
 
 def configure_attention(
-    model, collator, padding_free: bool | None, implementation: str | None, supported: bool, streaming: bool = False
-):
+    model, collator, padding_free: bool | None, implementation: str | None, supported: bool, streaming: bool = False,
+    device=None,
+):  # fmt: skip
     """The model and collator a run trains with: padding-free (flattened batches, a packed-aware attention) by
     default wherever the variant `supported` it, else padded with `implementation` if one was named. Either way
     the batches carry their labelled tokens' positions (`collators.flatten.add_target_positions`), except streamed
@@ -242,7 +248,7 @@ def configure_attention(
     if padding_free is None:
         padding_free = supported and packs
     if padding_free:
-        return use_padding_free(model, implementation), PaddingFreeCollator(collator)
+        return use_padding_free(model, implementation, device), PaddingFreeCollator(collator)
     if implementation:
         set_attention(model, implementation)
     return model, collator if streaming else TargetPositionsCollator(collator)

@@ -8,9 +8,12 @@ from .arguments import DataArguments, ModelArguments
 from .attention import configure_attention
 
 
-def configure_batches(recipe: Recipe, model, collator, model_args: ModelArguments, data_args: DataArguments):
+def configure_batches(
+    recipe: Recipe, model, collator, model_args: ModelArguments, data_args: DataArguments, device=None
+):  # fmt: skip
     """Padding-free batches (`--padding_free`, on for every recipe that supports them, except with `--streaming`)
-    and the attention kernel that reads them (`--attn_implementation`); returns `(model, collator)`."""
+    and the attention kernel that reads them (`--attn_implementation`, else the fastest on `device`, the run's);
+    returns `(model, collator)`."""
     padding_free = data_args.padding_free
     if data_args.streaming:
         # accelerate dispatches a streamed batch by slicing every tensor along its first dimension, which a flat
@@ -19,5 +22,6 @@ def configure_batches(recipe: Recipe, model, collator, model_args: ModelArgument
             raise BertologyError("--padding_free does not work with --streaming yet; pass --padding_free false")
         padding_free = False
     return configure_attention(
-        model, collator, padding_free, model_args.attn_implementation, recipe.padding_free, data_args.streaming
-    )
+        model, collator, padding_free, model_args.attn_implementation, recipe.padding_free, data_args.streaming,
+        device,
+    )  # fmt: skip

@@ -79,7 +79,7 @@ def run_pretraining(
         model = build_model(recipe, model_args)
         if model_args.low_precision_layernorm:
             use_low_precision_layernorm(model)
-        model, collator = configure_batches(recipe, model, collator, model_args, data_args)
+        model, collator = configure_batches(recipe, model, collator, model_args, data_args, training_args.device)
         train_dataset, eval_dataset = build_datasets(corpus, eval_corpus, tokenizer, recipe, data_args, training_args)
         trainer, push_args = build_trainer(
             recipe, model, tokenizer, collator, train_dataset, eval_dataset, training_args, callbacks

@@ -29,6 +29,7 @@ from ..collators.base import EXAMPLE_ID, CollatorWrapper
 from ..utils import logger
 from .checkpoints import last_complete_checkpoint, mark_complete, prepare_folder, rotate, save_failed, write_failure
 from .compilation import EagerFallback
+from .kernels import choose_optimizer_kernels
 from .optimizers import OfficialOptimizers
 from .phases import restart_override
 
@@ -146,6 +147,8 @@ class BertologyTrainer(OfficialOptimizers, Trainer):
     def create_optimizer(self, model=None):
         fresh = self.optimizer is None
         optimizer = super().create_optimizer(model)
+        if fresh:  # StableAdamW's Triton kernel only where its parameters are (kernels.py)
+            choose_optimizer_kernels(optimizer, self.args.optim_args)
         start = getattr(self, "phase_start", None)  # 10.
         if fresh and start is not None and not getattr(self, "_resuming", False):
             restart_override(optimizer, start, self.args.learning_rate, self.args.weight_decay)
