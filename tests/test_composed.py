@@ -561,3 +561,14 @@ def test_export_part_reads_the_kind_of_checkpoint(cli_corpus, tmp_path, capsys):
     pretrain.main(pretrain_argv("bert-tiny@roberta", cli_corpus, mlm, "--max_steps", "1"))
     assert cli.main(["export", "--part", "generator", str(mlm), str(tmp_path / "c")]) == 2
     assert "has no generator" in capsys.readouterr().err
+
+
+def test_step_mixins_define_no_name_twice():
+    """A composed cell holds both step mixins: a name both defined would reach an RTD cell from the masked-LM step
+    (MRO order), not as ELECTRA has it; what they share is `PreTrainingStep`'s, defined once."""
+    from hf_bertology.models.masked_lm import MaskedLMPreTraining
+    from hf_bertology.models.replaced_token_detection import ReplacedTokenDetectionPreTraining
+
+    dunder = {name for name in vars(MaskedLMPreTraining) if name.startswith("__")}
+    both = set(vars(MaskedLMPreTraining)) & set(vars(ReplacedTokenDetectionPreTraining))
+    assert both - dunder == set()

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from .last_layer import KEY as LAST_LAYER_KEY
 from .last_layer import install_subset, masked_lm_rows, scatter_rows
@@ -22,6 +23,29 @@ from .span_boundary import SpanTargets, span_boundary_loss
 PACKED_IMPLEMENTATIONS = ("sdpa_packed", "flash_attention_2", "flash_attention_3", "flash_attention_4")
 # the sentence task of each label key, as the outputs name it
 SENTENCE_TASKS = {"next_sentence_label": "nsp", "sentence_order_label": "sop"}
+
+
+# model_type -> the family's masked-LM head: `(M, V)` logits of `(M, H)` states, on its `*ForMaskedLM` or a model
+# holding the same modules (its `*ForPreTraining`, a composed cell, an RTD generator); each family's one definition
+MLM_HEADS = {
+    "bert": lambda m, h: m.cls.predictions(h),
+    "roberta": lambda m, h: m.lm_head(h),
+    "albert": lambda m, h: m.predictions(h),
+    "electra": lambda m, h: m.generator_lm_head(m.generator_predictions(h)),
+    "deberta-v2": lambda m, h: (
+        m.cls.predictions(h) if hasattr(m, "cls") else m.lm_predictions(h, m.deberta.embeddings.word_embeddings)
+    ),
+    "modernbert": lambda m, h: m.decoder(m.head(h)),
+}
+
+
+def pool_first_tokens(backbone: nn.Module, first: torch.Tensor, own_pooler: nn.Linear | None = None) -> torch.Tensor:
+    """BERT's pooler, tanh(W h), on each example's first-token `(B, H)` states: the backbone's dense layer (BERT's and
+    RoBERTa's `pooler.dense`, ALBERT's `pooler`, a Linear), or `own_pooler` for a backbone without one."""
+    pooler = getattr(backbone, "pooler", None)
+    if pooler is None:
+        return torch.tanh(own_pooler(first))
+    return torch.tanh(pooler(first) if isinstance(pooler, nn.Linear) else pooler.dense(first))
 
 
 def is_packed(config, kwargs: Mapping) -> bool:
@@ -91,7 +115,24 @@ def pretraining_losses(
     return out
 
 
-class MaskedLMPreTraining(LanguageModelLoss):
+class PreTrainingStep(LanguageModelLoss):
+    """What every step mixin shares (masked LM here, replaced-token detection), written once so a model holding
+    both steps (a composed cell) inherits each name from one place."""
+
+    accepts_loss_kwargs = True  # each loss is normalised by its `num_items_in_batch` count (`outputs.step_mean`)
+    # Listed under AutoModelForPreTraining, not AutoModelForMaskedLM: a masked-LM folder plain transformers derives
+    # from ours inherits auto_map without our files, and AutoModelForMaskedLM must then pick the plain class.
+    _auto_class = "AutoModelForPreTraining"
+    takes_return_metrics = True  # `BertologyTrainer` asks for the metrics at the steps it logs only
+
+    def post_init(self):
+        super().post_init()
+        # the last layer on the rows the LM loss reads (`last_layer`): the generator's, where there is one
+        generator = getattr(self, "generator", None)
+        install_subset(self.base_model if generator is None else generator.base_model)
+
+
+class MaskedLMPreTraining(PreTrainingStep):
     """The step of every masked-LM model, mixed in before the family's `PreTrainedModel`.
 
     A model names its parts: `encode` (its encoder on the inputs), `predict` (its MLM head on `(…, H)` states;
@@ -100,18 +141,9 @@ class MaskedLMPreTraining(LanguageModelLoss):
     signature) and hands the batch to `pretraining_step`.
     """
 
-    accepts_loss_kwargs = True  # each loss is normalised by its `num_items_in_batch` count (`outputs.step_mean`)
-    # Listed under AutoModelForPreTraining, not AutoModelForMaskedLM: a masked-LM folder plain transformers derives
-    # from ours inherits auto_map without our files, and AutoModelForMaskedLM must then pick the plain class.
-    _auto_class = "AutoModelForPreTraining"
-    takes_return_metrics = True  # `BertologyTrainer` asks for the accuracies at the steps it logs only
     logits_name = "logits"  # the output field of the MLM logits, as the plain class names it
     sentence_key: str | None = None  # the sentence task's label: "next_sentence_label" or "sentence_order_label"
     sentence_logits_name: str | None = None  # its logits' output field
-
-    def post_init(self):
-        super().post_init()
-        install_subset(self.base_model)  # the last layer on the rows a loss reads (`last_layer`)
 
     def encode(self, input_ids, inputs: dict):
         return self.base_model(input_ids, return_dict=True, **inputs)

@@ -9,7 +9,7 @@ from transformers import AlbertModel, AlbertPreTrainedModel
 from transformers.models.albert.modeling_albert import AlbertMLMHead, AlbertSOPHead
 
 from .configuration_albert import BertologyAlbertConfig
-from .masked_lm import MaskedLMPreTraining
+from .masked_lm import MLM_HEADS, MaskedLMPreTraining, pool_first_tokens
 
 
 class BertologyAlbertForPreTraining(MaskedLMPreTraining, AlbertPreTrainedModel):
@@ -38,7 +38,7 @@ class BertologyAlbertForPreTraining(MaskedLMPreTraining, AlbertPreTrainedModel):
         return self.albert.embeddings.word_embeddings
 
     def predict(self, states):
-        return self.predictions(states)
+        return MLM_HEADS["albert"](self, states)
 
     def sentence_logits(self, outputs, cu_seq_lens):
         if cu_seq_lens is not None:  # the pooler on every example's [CLS], not only the row's first
@@ -46,7 +46,7 @@ class BertologyAlbertForPreTraining(MaskedLMPreTraining, AlbertPreTrainedModel):
         return self.sop_classifier(outputs.pooler_output)  # (B, 2); class 1: swapped
 
     def first_token_logits(self, first):
-        return self.sop_classifier(self.albert.pooler_activation(self.albert.pooler(first)))  # (B, 2)
+        return self.sop_classifier(pool_first_tokens(self.albert, first))  # (B, 2)
 
     def forward(self, input_ids=None, attention_mask=None, *, labels=None, sentence_order_label=None, **inputs):
         """Masked LM + sentence-order prediction (ALBERT §4.2); the arguments are `pretraining_step`'s."""

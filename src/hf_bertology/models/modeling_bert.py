@@ -10,7 +10,7 @@ from transformers.models.bert.modeling_bert import BertPreTrainingHeads
 
 from .configuration_bert import BertologyBertConfig
 from .fused_cross_entropy import sparse_mlm_loss
-from .masked_lm import MaskedLMPreTraining
+from .masked_lm import MLM_HEADS, MaskedLMPreTraining, pool_first_tokens
 
 
 class BertologyBertForPreTraining(MaskedLMPreTraining, BertPreTrainedModel):
@@ -43,7 +43,7 @@ class BertologyBertForPreTraining(MaskedLMPreTraining, BertPreTrainedModel):
         return sparse_mlm_loss(head.transform(states), head.decoder, targets, return_logits, with_argmax, *loss)
 
     def predict(self, states):
-        return self.cls.predictions(states)
+        return MLM_HEADS["bert"](self, states)
 
     def sentence_logits(self, outputs, cu_seq_lens):
         if cu_seq_lens is not None:  # the pooler on every example's [CLS], not only the row's first
@@ -51,8 +51,7 @@ class BertologyBertForPreTraining(MaskedLMPreTraining, BertPreTrainedModel):
         return self.cls.seq_relationship(outputs.pooler_output)  # (B, 2); class 1: B is random
 
     def first_token_logits(self, first):
-        pooler = self.bert.pooler
-        return self.cls.seq_relationship(pooler.activation(pooler.dense(first)))  # (B, 2)
+        return self.cls.seq_relationship(pool_first_tokens(self.bert, first))  # (B, 2)
 
     def forward(self, input_ids=None, attention_mask=None, *, labels=None, next_sentence_label=None, **inputs):
         """Masked LM + next-sentence prediction (BERT §3.1); the arguments are `pretraining_step`'s."""

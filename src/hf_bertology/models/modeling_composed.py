@@ -7,7 +7,6 @@ gives the same logits); RTD adds the objective's discriminator head and a family
 `replaced_token_detection`); this file builds the model and runs the step. docs/recipes/composed.md.
 """
 
-import torch
 import transformers
 from torch import nn
 from transformers import initialization as init
@@ -15,8 +14,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_N
 
 from .configuration_composed import COMPOSED_CONFIGS
 from .configuration_recipe import first_position, generator_config
-from .last_layer import subset_inputs
-from .masked_lm import SENTENCE_TASKS, MaskedLMPreTraining, is_packed
+from .masked_lm import MLM_HEADS, SENTENCE_TASKS, MaskedLMPreTraining, is_packed, pool_first_tokens
 from .outputs import BertologyForPreTrainingOutput
 from .replaced_token_detection import (
     OTHER_TABLES,
@@ -39,18 +37,6 @@ FAMILY_CLASSES = {
         getattr(transformers, MODEL_FOR_MASKED_LM_MAPPING_NAMES[model_type]),
     )
     for model_type in COMPOSED_CONFIGS
-}
-
-# model_type -> the family's masked-LM head on `(M, H)` states of a `*ForMaskedLM` (or a model holding its modules)
-MLM_HEADS = {
-    "bert": lambda m, h: m.cls(h),
-    "roberta": lambda m, h: m.lm_head(h),
-    "albert": lambda m, h: m.predictions(h),
-    "electra": lambda m, h: m.generator_lm_head(m.generator_predictions(h)),
-    "deberta-v2": lambda m, h: (
-        m.cls(h) if hasattr(m, "cls") else m.lm_predictions(h, m.deberta.embeddings.word_embeddings)
-    ),
-    "modernbert": lambda m, h: m.decoder(m.head(h)),
 }
 
 
@@ -89,6 +75,7 @@ class ComposedForPreTraining(MaskedLMPreTraining, ReplacedTokenDetectionPreTrain
         if self.rtd:
             name, head = RTD_HEADS.get(config.objective, ("discriminator_predictions", DiscriminatorHead))
             self.add_module(name, head(config))
+            self.discriminator_head = name  # where the step finds it (`replaced_token_detection_step`)
             self.generator = masked_lm_class(generator_config(config))
             self._tied_weights_keys = self._share_embeddings(config, masked_lm_class, prefix, word_table)
         else:
@@ -226,26 +213,13 @@ class ComposedForPreTraining(MaskedLMPreTraining, ReplacedTokenDetectionPreTrain
         return self.first_token_logits(first)
 
     def first_token_logits(self, first):
-        return self.sentence_classifier(self._pool(first))  # (B, 2)
-
-    def _pool(self, first: torch.Tensor) -> torch.Tensor:
-        """tanh(W h) of each example's first token: the family's pooler (BERT/RoBERTa `dense`, ALBERT a Linear) or
-        our `sentence_pooler`."""
-        pooler = getattr(self.base_model, "pooler", None)
-        if pooler is None:
-            return torch.tanh(self.sentence_pooler(first))
-        return torch.tanh(pooler(first) if isinstance(pooler, nn.Linear) else pooler.dense(first))
+        # the family's pooler, or our `sentence_pooler` on a backbone without one
+        return self.sentence_classifier(
+            pool_first_tokens(self.base_model, first, getattr(self, "sentence_pooler", None))
+        )
 
     def backbone_inputs(self, attention_mask, token_type_ids, position_ids, kwargs: dict) -> dict:
         return self._backbone_inputs(attention_mask, token_type_ids, position_ids, kwargs)
-
-    def generator_logits(self, input_ids, chosen, inputs) -> torch.Tensor:
-        """The generator's `(M, V)` logits at the chosen tokens, through its family's MLM head."""
-        subset = subset_inputs(self.generator.base_model, chosen.at, inputs=inputs)  # (1, M, H): the chosen rows
-        states = self.generator.base_model(input_ids, **inputs, **subset).last_hidden_state
-        states = states.flatten(0, 1)  # (M, H) the chosen rows with a subset, else (B * T, H)
-        states = states if subset else states.index_select(0, chosen.at)
-        return MLM_HEADS[self.config.model_type](self.generator, states)
 
     def gradient_clipping_groups(self) -> list[list[nn.Parameter]] | None:
         """DeBERTa-v3's objective clips each network's gradient norm apart, as its decoupled training (one optimizer
@@ -257,19 +231,16 @@ class ComposedForPreTraining(MaskedLMPreTraining, ReplacedTokenDetectionPreTrain
         in_generator = {id(p) for p in generator}
         return [generator, [p for p in self.parameters() if p.requires_grad and id(p) not in in_generator]]
 
-    def rtd_logits(self, hidden_states: torch.Tensor, inputs: dict) -> torch.Tensor:
-        """`(B, T)` discriminator logits: DeBERTa-v3's head reads each example's [CLS], ELECTRA's each token alone."""
-        if hasattr(self, "mask_predictions"):
-            return self.mask_predictions(hidden_states, inputs.get("cu_seq_lens_q"))
-        return self.discriminator_predictions(hidden_states)
-
 
 def _composed_model(family_model: type) -> type:
     """`BertologyComposed<Family>ForPreTraining`: `ComposedForPreTraining` on the family's `PreTrainedModel` (its
     weights initialised as the family's), with the family's composed config."""
     config_class = COMPOSED_CONFIGS[family_model.config_class.model_type]
     name = config_class.__name__.replace("Config", "ForPreTraining")
-    namespace = {"config_class": config_class, "__module__": __name__, "__qualname__": name}
+    # the RTD generator's head: its family's (`masked_lm.MLM_HEADS`)
+    generator_head = staticmethod(MLM_HEADS[config_class.model_type])
+    namespace = {"config_class": config_class, "generator_head": generator_head, "__module__": __name__}
+    namespace["__qualname__"] = name
     return type(name, (ComposedForPreTraining, family_model), namespace)
 
 

@@ -15,6 +15,7 @@ from transformers import DebertaV2ForMaskedLM, DebertaV2Model, DebertaV2PreTrain
 from .configuration_deberta_v3 import BertologyDebertaV3Config
 from .configuration_recipe import generator_config
 from .last_layer import deberta_below_last, deberta_rows, scatter_rows, subset_inputs
+from .masked_lm import MLM_HEADS
 from .replaced_token_detection import (
     POSITION_TABLE,
     ClsReplacedTokenDetectionHead,
@@ -22,6 +23,7 @@ from .replaced_token_detection import (
     ReplacedTokenDetectionPreTraining,
     add_gdes,
     freeze_gdes_slots,
+    last_layer_states,
 )
 
 WORD_EMBEDDINGS = "embeddings.word_embeddings.weight"
@@ -60,8 +62,31 @@ def enhanced_mask_decoder(
     return query
 
 
+def generator_states(deberta: DebertaV2Model, input_ids, at, inputs) -> torch.Tensor:
+    """`(M, H)` states the generator's head reads at the chosen tokens (`at`): EMD's where the input carries no
+    absolute positions (officially only then, `masked_language_model.py:60,73-74`), else the last layer's; where
+    the last layer runs on a subset (`last_layer`), on the chosen rows only."""
+    if deberta.config.position_biased_input:
+        return last_layer_states(deberta, input_ids, at, inputs)
+    subset = subset_inputs(deberta, at, inputs=inputs)
+    if subset:  # the last layer's own output is never read under EMD: it does not run
+        keys = deberta_below_last(deberta, input_ids, **inputs)[0]
+    else:
+        keys = deberta(input_ids, **{**inputs, "output_hidden_states": True}).hidden_states[-2]
+    position_ids = inputs["position_ids"]
+    if position_ids is None:
+        position_ids = torch.arange(input_ids.shape[1], device=input_ids.device)[None]  # (1, T)
+    positions = deberta.embeddings.position_embeddings(position_ids.long())  # z_states, raw (`bert.py:253`)
+    states = enhanced_mask_decoder(deberta, keys, inputs["attention_mask"], positions, at if subset else None)
+    return states if subset else states.flatten(0, 1).index_select(0, at)
+
+
 class BertologyDebertaV3ForPreTraining(ReplacedTokenDetectionPreTraining, DebertaV2PreTrainedModel):
     config_class = BertologyDebertaV3Config
+    # the step's parts (`replaced_token_detection_step`): EMD's states, the generator's head, the [CLS]-reading head
+    generator_states = staticmethod(generator_states)
+    generator_head = staticmethod(MLM_HEADS["deberta-v2"])
+    discriminator_head = "mask_predictions"
 
     def __init__(self, config: BertologyDebertaV3Config):
         if not isinstance(config, BertologyDebertaV3Config):
@@ -104,36 +129,6 @@ class BertologyDebertaV3ForPreTraining(ReplacedTokenDetectionPreTraining, Debert
         generator = [p for p in self.generator.parameters() if p.requires_grad]
         in_generator = {id(p) for p in generator}
         return [generator, [p for p in self.parameters() if p.requires_grad and id(p) not in in_generator]]
-
-    def _generator_states(self, input_ids, at, inputs) -> torch.Tensor:
-        """`(M, H)` states the generator's head reads at the chosen tokens (`at`): EMD's where the input carries no
-        absolute positions (officially only then, `masked_language_model.py:60,73-74`), else the last layer's; where
-        the last layer runs on a subset (`last_layer`), on the chosen rows only."""
-        deberta = self.generator.deberta
-        subset = subset_inputs(deberta, at, inputs=inputs)
-        if deberta.config.position_biased_input:
-            states = deberta(input_ids, **inputs, **subset).last_hidden_state
-            states = states.flatten(0, 1)  # (M, H) with a subset, else (B * T, H)
-            return states if subset else states.index_select(0, at)
-        if subset:  # the last layer's own output is never read under EMD: it does not run
-            keys = deberta_below_last(deberta, input_ids, **inputs)[0]
-        else:
-            keys = deberta(input_ids, **{**inputs, "output_hidden_states": True}).hidden_states[-2]
-        position_ids = inputs["position_ids"]
-        if position_ids is None:
-            position_ids = torch.arange(input_ids.shape[1], device=input_ids.device)[None]  # (1, T)
-        positions = deberta.embeddings.position_embeddings(position_ids.long())  # z_states, raw (`bert.py:253`)
-        states = enhanced_mask_decoder(deberta, keys, inputs["attention_mask"], positions, at if subset else None)
-        return states if subset else states.flatten(0, 1).index_select(0, at)
-
-    # -- the paper's parts (§3); the step is `ReplacedTokenDetectionPreTraining`'s ---------------------------------
-    def generator_logits(self, input_ids, chosen, inputs) -> torch.Tensor:
-        """The generator's `(M, V)` logits at the chosen tokens only, through EMD where it applies."""
-        states = self._generator_states(input_ids, chosen.at, inputs)  # (M, H): the chosen tokens
-        return self.generator.lm_predictions(states, self.generator.deberta.embeddings.word_embeddings)  # (M, V)
-
-    def rtd_logits(self, hidden_states, inputs) -> torch.Tensor:
-        return self.mask_predictions(hidden_states)  # (B, T): every token read with its row's [CLS]
 
     def forward(self, input_ids=None, attention_mask=None, *, labels=None, **inputs):
         """`input_ids`: the generator's input, `[MASK]` at the chosen positions; `labels`: the originals there.

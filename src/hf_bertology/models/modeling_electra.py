@@ -15,7 +15,7 @@ from transformers.models.electra.modeling_electra import ElectraDiscriminatorPre
 
 from .configuration_electra import BertologyElectraConfig
 from .configuration_recipe import generator_config
-from .last_layer import subset_inputs
+from .masked_lm import MLM_HEADS
 from .replaced_token_detection import ReplacedTokenDetectionPreTraining
 
 # Parameters the two networks share (paper §3.2 "tie token embeddings"; official: shared `electra/embeddings`).
@@ -36,6 +36,9 @@ GLOROT_UNIFORM_LAYERS = (
 
 class BertologyElectraForPreTraining(ReplacedTokenDetectionPreTraining, ElectraPreTrainedModel):
     config_class = BertologyElectraConfig
+    # the step's parts (`replaced_token_detection_step`): the generator's head; the discriminator's is
+    # `discriminator_predictions`, its states the last layer's at the chosen tokens (the mixin's defaults)
+    generator_head = staticmethod(MLM_HEADS["electra"])
     # target -> source: the generator's embeddings (and its output layer) are the discriminator's.
     _tied_weights_keys = {
         **{f"generator.electra.{name}": f"electra.{name}" for name in SHARED_EMBEDDINGS},
@@ -103,19 +106,6 @@ class BertologyElectraForPreTraining(ReplacedTokenDetectionPreTraining, ElectraP
             if id(param) not in shared:
                 param.requires_grad_(False)
         self.training_stage = "discriminator"
-
-    # -- the paper's parts (§2); the step is `ReplacedTokenDetectionPreTraining`'s ---------------------------------
-    def generator_logits(self, input_ids, chosen, inputs) -> torch.Tensor:
-        """The generator's `(M, V)` logits at the chosen tokens only (sparse, as the official
-        `_get_masked_lm_output` gathers `masked_lm_positions`)."""
-        subset = subset_inputs(self.generator.electra, chosen.at, inputs=inputs)  # (1, M, H_G): the chosen rows
-        gen_hidden = self.generator.electra(input_ids, **inputs, **subset).last_hidden_state
-        gen_hidden = gen_hidden.flatten(0, 1)
-        gen_hidden = gen_hidden if subset else gen_hidden.index_select(0, chosen.at)  # (M, H_G)
-        return self.generator.generator_lm_head(self.generator.generator_predictions(gen_hidden))  # (M, V)
-
-    def rtd_logits(self, hidden_states, inputs) -> torch.Tensor:
-        return self.discriminator_predictions(hidden_states)  # (B, T)
 
     def forward(self, input_ids=None, attention_mask=None, *, labels=None, **inputs):
         """`input_ids`: the generator's input, `[MASK]` at 85% of the chosen positions; `labels`: the originals

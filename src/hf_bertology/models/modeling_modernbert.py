@@ -11,7 +11,7 @@ from torch import nn
 from transformers import ModernBertConfig, ModernBertForMaskedLM
 
 from .configuration_modernbert import BertologyModernBertConfig
-from .masked_lm import MaskedLMPreTraining
+from .masked_lm import MLM_HEADS, MaskedLMPreTraining
 
 
 class BertologyModernBertForPreTraining(MaskedLMPreTraining, ModernBertForMaskedLM):
@@ -61,7 +61,7 @@ class BertologyModernBertForPreTraining(MaskedLMPreTraining, ModernBertForMasked
         return self.model(input_ids=input_ids, **inputs)
 
     def predict(self, states):
-        return self.decoder(self.head(states))
+        return MLM_HEADS["modernbert"](self, states)
 
     def forward(self, input_ids=None, attention_mask=None, *, labels=None, **inputs):
         """Masked LM with sparse prediction (ModernBERT §2.2); the arguments are `pretraining_step`'s."""

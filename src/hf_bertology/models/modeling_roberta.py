@@ -10,7 +10,7 @@ from transformers.models.roberta.modeling_roberta import RobertaLMHead
 
 from .configuration_recipe import first_position
 from .configuration_roberta import BertologyRobertaConfig
-from .masked_lm import MaskedLMPreTraining
+from .masked_lm import MLM_HEADS, MaskedLMPreTraining
 
 
 class BertologyRobertaForPreTraining(MaskedLMPreTraining, RobertaPreTrainedModel):
@@ -40,7 +40,7 @@ class BertologyRobertaForPreTraining(MaskedLMPreTraining, RobertaPreTrainedModel
         return self.roberta(input_ids, return_dict=True, **inputs)
 
     def predict(self, states):
-        return self.lm_head(states)
+        return MLM_HEADS["roberta"](self, states)
 
     def forward(self, input_ids=None, attention_mask=None, *, labels=None, **inputs):
         """Masked LM (RoBERTa §2, no NSP); the arguments are `pretraining_step`'s."""

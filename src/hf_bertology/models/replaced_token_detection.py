@@ -1,19 +1,21 @@
-"""Replaced-token detection (ELECTRA §2, DeBERTa-v3 §3), written once: the sampling of the fake tokens, the
-discriminator's loss and heads, and DeBERTa-v3's gradient-disentangled embedding sharing (GDES, §3.3).
+"""Replaced-token detection (ELECTRA §2, DeBERTa-v3 §3), written once: the step, the sampling of the fake tokens,
+the discriminator's loss, heads and diagnostics, and DeBERTa-v3's gradient-disentangled embedding sharing (GDES, §3.3).
 
-Used by ELECTRA, DeBERTa-v3 and every RTD cell of `modeling_composed`; the step reads top to bottom in each model's
-`forward`: `chosen_tokens`, the generator's masked LM, `fake_data`, the discriminator, `rtd_loss`.
+Used by ELECTRA, DeBERTa-v3 and every RTD cell of `modeling_composed`, whose `forward` hands the batch to
+`ReplacedTokenDetectionPreTraining.replaced_token_detection_step`. It reads top to bottom: `chosen_tokens`, the
+generator's masked LM, `fake_data`, the discriminator (`discriminate`), `rtd_loss`; a model supplies its parts as
+class data (`generator_states`, `generator_head`, `discriminator_head`).
 """
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .last_layer import install_subset
-from .lm_loss import LanguageModelLoss
-from .masked_lm import is_packed
+from .last_layer import subset_inputs
+from .masked_lm import PreTrainingStep, is_packed
 from .outputs import BertologyForPreTrainingOutput, step_mean
 from .span_boundary import activation, layer_norm_eps
 
@@ -91,6 +93,22 @@ def binary_auc(scores: torch.Tensor, labels: torch.Tensor, real: torch.Tensor | 
     double_rank = first + past + 1 - 2 * n_out  # ranks among the real entries (those left out rank below them)
     double_rank_sum = (double_rank * labels[order]).sum()
     return (double_rank_sum - n_pos * (n_pos + 1)).float() / (2 * n_pos * n_neg).float()
+
+
+def last_layer_states(backbone: nn.Module, input_ids: torch.Tensor, at: torch.Tensor, inputs: dict) -> torch.Tensor:
+    """`(M, H)` states of `backbone`'s last layer at the chosen tokens `at`, the layer run on those rows only where
+    it can (`last_layer.subset_inputs`), as the official `_get_masked_lm_output` gathers `masked_lm_positions`."""
+    subset = subset_inputs(backbone, at, inputs=inputs)  # (1, M, H): the chosen rows
+    states = backbone(input_ids, **inputs, **subset).last_hidden_state.flatten(0, 1)  # (M, H), else (B * T, H)
+    return states if subset else states.index_select(0, at)
+
+
+def discriminator_logits(head: nn.Module, hidden_states: torch.Tensor, inputs: dict) -> torch.Tensor:
+    """`(B, T)` logits of the discriminator's head: DeBERTa-v3's reads each example's [CLS] (its start in a
+    padding-free row), ELECTRA's each token alone."""
+    if isinstance(head, ClsReplacedTokenDetectionHead):
+        return head(hidden_states, inputs.get("cu_seq_lens_q"))
+    return head(hidden_states)
 
 
 class Chosen(NamedTuple):
@@ -272,25 +290,23 @@ def discriminate(model: nn.Module, input_ids: torch.Tensor, **inputs):
     return torch.func.functional_call(model.base_model, {POSITION_TABLE: positions}, (), call)
 
 
-class ReplacedTokenDetectionPreTraining(LanguageModelLoss):
+class ReplacedTokenDetectionPreTraining(PreTrainingStep):
     """The step of every model with two networks, mixed in before the family's `PreTrainedModel` (ELECTRA §2,
     DeBERTa-v3 §3, the RTD cells): the generator's masked LM on the chosen tokens, a sample at every one of them
     (`fake_data`), the discriminator on the result (`rtd_loss`); `loss = w_G * mlm + w_D * rtd`.
 
-    A model names its parts: `generator` and the discriminator's encoder (`base_model`), `generator_logits` (the
-    generator's head on the chosen tokens), `rtd_logits` (the discriminator's head); the diagnostics are the same
-    for every model (`rtd_diagnostics`); `discriminate` shares the
-    embeddings as its config says (GDES through `add_gdes`, ES by tied tables).
+    A model holds `generator` (a family `*ForMaskedLM`) and the discriminator's encoder (`base_model`), and names
+    its parts as data: `generator_states` (the generator backbone's `(M, H)` states at the chosen tokens),
+    `generator_head` (its family's MLM head, `masked_lm.MLM_HEADS`), `discriminator_head` (the attribute of the
+    discriminator's head). `discriminate` shares the embeddings as the config says (GDES through `add_gdes`, ES by
+    tied tables); the diagnostics are the same for every model (`rtd_diagnostics`).
     """
 
-    accepts_loss_kwargs = True  # each loss is normalised by its `num_items_in_batch` count (`outputs.step_mean`)
-    _auto_class = "AutoModelForPreTraining"
-    takes_return_metrics = True  # `BertologyTrainer` asks for the metrics at the steps it logs only
     training_stage = "joint"  # ELECTRA's two-stage training: "generator", then "discriminator" (§3.2)
-
-    def post_init(self):
-        super().post_init()
-        install_subset(getattr(getattr(self, "generator", None), "base_model", None))  # its MLM reads a subset
+    # (generator backbone, input_ids, at, inputs) -> (M, H); DeBERTa-v3's reads its enhanced mask decoder
+    generator_states: Callable = staticmethod(last_layer_states)
+    generator_head: Callable  # (generator, (M, H) states) -> (M, V) logits
+    discriminator_head = "discriminator_predictions"  # ELECTRA's name; DeBERTa-v3's is "mask_predictions"
 
     def backbone_inputs(self, attention_mask, token_type_ids, position_ids, kwargs: dict) -> dict:
         """What both encoders take besides the ids; a padding-free batch drops the mask (its boundaries keep the
@@ -333,9 +349,10 @@ class ReplacedTokenDetectionPreTraining(LanguageModelLoss):
         """
         config = self.config
         inputs = self.backbone_inputs(attention_mask, token_type_ids, position_ids, kwargs)
+        head = getattr(self, self.discriminator_head)
         if labels is None:
             hidden = self.discriminate(input_ids, **inputs).last_hidden_state
-            return BertologyForPreTrainingOutput(rtd_logits=self.rtd_logits(hidden, inputs))
+            return BertologyForPreTrainingOutput(rtd_logits=discriminator_logits(head, hidden, inputs))
         # the real tokens (RTD's weights) come from the mask before a packed batch drops it: a fixed-shape batch
         # (`collators.fixed_shape`) has filler slots that are not real
         chosen = chosen_tokens(labels, target_positions, attention_mask)
@@ -343,12 +360,11 @@ class ReplacedTokenDetectionPreTraining(LanguageModelLoss):
         # 1. the generator predicts the original token at every chosen position (masked LM, sparse)
         frozen_generator = self.training_stage == "discriminator"
         with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen_generator):
-            prediction_logits = self.generator_logits(input_ids, chosen, inputs)  # (M, V)
+            states = self.generator_states(self.generator.base_model, input_ids, chosen.at, inputs)  # (M, H)
+            prediction_logits = self.generator_head(self.generator, states)  # (M, V)
         mlm_sum = self.lm_loss_sum(prediction_logits, chosen.targets)  # the language-model loss (`lm_loss`)
         mlm_loss = mlm_sum / step_mean(num_items_in_batch, "labels", chosen.count, chosen.count)
-        # one output contract for every RTD model (the generator's logits are `prediction_logits`), whichever step
-        # mixin a composed cell also has
-        out = {"prediction_logits": prediction_logits, "mlm_loss": mlm_loss}
+        out = {"prediction_logits": prediction_logits, "mlm_loss": mlm_loss}  # ELECTRA's names, for every model
         if self.training_stage == "generator":
             accuracy = (
                 (prediction_logits.argmax(-1) == chosen.targets).sum() / chosen.count if return_metrics else None
@@ -363,7 +379,7 @@ class ReplacedTokenDetectionPreTraining(LanguageModelLoss):
 
         # 3. the discriminator tells every real token of the corrupted sequence: original or replaced
         disc_outputs = self.discriminate(replaced_input_ids, **inputs)
-        rtd_logits = self.rtd_logits(disc_outputs.last_hidden_state, inputs)  # (B, T)
+        rtd_logits = discriminator_logits(head, disc_outputs.last_hidden_state, inputs)  # (B, T)
         out["rtd_loss"] = rtd_loss(rtd_logits, rtd_labels, chosen, num_items_in_batch)
 
         # 4. the combined loss (the generator's term left out while it is frozen)
