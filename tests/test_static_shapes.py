@@ -167,4 +167,34 @@ def test_pretrain_deberta_v3_with_static_shapes(tmp_path, corpus_file):
     flags = ["--vocab_size", "300", "--max_steps", "3", "--per_device_train_batch_size", "4", "--disable_tqdm", "true"]
     metrics = main([*argv, *flags, "--fixed_shape_batches", "true"], callbacks=[Shapes()])
     assert len(seen["shapes"]) == 1, seen
+    assert dict(next(iter(seen["shapes"])))["input_ids"] == (4 + 1, 64)  # the padding row; deberta-v3-tiny's 64
     assert torch.isfinite(torch.tensor(metrics["train_loss"]))
+
+
+@pytest.mark.parametrize("recipe_name", ["deberta-v3-tiny", "xlnet-tiny"])
+def test_cuda_default_follows_the_measured_set(monkeypatch, recipe_name):
+    """On CUDA under compilation, static padded steps with CUDA graphs are the default only once the family is in
+    `CUDA_GRAPH_VARIANTS` (a slot measured it no slower; docs/speed.md): not yet. In the set, they are on with
+    `reduce-overhead`, whatever the attention; the flag, `--streaming` and the CPU win."""
+    from hf_bertology.recipes import get_recipe
+    from hf_bertology.training import arguments
+
+    def settle(*flags, cuda=True):
+        model_args, data_args, training_args, explicit = arguments.parse_args(
+            ["--recipe", recipe_name, "--output_dir", "x", *flags]
+        )
+        recipe = get_recipe(model_args.recipe)
+        training_args.torch_compile = True
+        with monkeypatch.context() as patch:
+            patch.setattr(torch.cuda, "is_available", lambda: cuda)
+            arguments.fast_path(recipe, model_args, data_args, training_args, explicit)
+        return data_args.fixed_shape_batches, training_args.torch_compile_mode
+
+    assert settle() == (False, None)  # not measured: the dynamic compiled default
+    variant = get_recipe(recipe_name).variant_name
+    monkeypatch.setattr(arguments, "CUDA_GRAPH_VARIANTS", arguments.CUDA_GRAPH_VARIANTS | {variant})
+    assert settle() == (True, "reduce-overhead")
+    assert settle("--attn_implementation", "eager") == (True, "reduce-overhead")
+    assert settle("--fixed_shape_batches", "false") == (False, None)
+    assert settle("--streaming", "true") == (False, None)
+    assert settle(cuda=False) == (False, None)
