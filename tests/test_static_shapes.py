@@ -47,6 +47,8 @@ def test_every_static_step_has_the_same_shapes(setups, variant):
     assert len(natural) > 1, "the batches must differ in their natural shapes to test anything"
     shapes = {_shapes(static(features)) for features in _batches(setups[variant])}
     assert len(shapes) == 1, shapes
+    # the cap by the collator's count rule, never grown: DeBERTa-v3 round(48 * 0.15) = 7 per row, XLNet's 8 rows
+    assert static.shape.max_targets == ROWS * (8 if variant == "xlnet" else 7)
     batch = static(_batches(setups[variant])[0])
     padding_row = variant != "xlnet"  # XLNet's targets have rows of their own: no padding row needed
     assert batch["input_ids"].shape == (ROWS + padding_row, LENGTH)
@@ -198,3 +200,28 @@ def test_cuda_default_follows_the_measured_set(monkeypatch, recipe_name):
     assert settle("--fixed_shape_batches", "false") == (False, None)
     assert settle("--streaming", "true") == (False, None)
     assert settle(cuda=False) == (False, None)
+
+
+def test_pretrain_compiled_static_padding_compiles_once(tmp_path, corpus_file):
+    """deberta-v3-tiny through the Trainer with `--torch_compile` (dynamo's eager backend: guards and graphs, no
+    code generation) and static padded steps: the steps after the first trace nothing new."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+    from transformers import TrainerCallback
+
+    from hf_bertology.training.pretrain import main
+
+    graphs = []
+
+    class Graphs(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            graphs.append(counters["stats"]["unique_graphs"])
+
+    torch._dynamo.reset()
+    counters.clear()
+    argv = ["--recipe", "deberta-v3-tiny", "--train_file", str(corpus_file), "--output_dir", str(tmp_path / "run")]
+    flags = ["--vocab_size", "300", "--max_steps", "4", "--per_device_train_batch_size", "4", "--disable_tqdm", "true"]
+    compile_flags = ["--torch_compile", "true", "--torch_compile_backend", "eager", "--fixed_shape_batches", "true"]
+    main([*argv, *flags, *compile_flags], callbacks=[Graphs()])
+    torch._dynamo.reset()
+    assert len(graphs) == 4 and graphs[0] >= 1 and graphs[-1] == graphs[0], graphs
