@@ -134,7 +134,9 @@ class DataArguments:
         metadata={
             "help": "Padding-free steps of one fixed shape: a token budget of about per_device_train_batch_size "
             "examples, filled by best-fit packing, so a compiled step never recompiles and can be a CUDA graph "
-            "(docs/speed.md). Needs padding-free batches and a map-style dataset. Default: on CUDA with "
+            "(docs/speed.md). Needs padding-free batches and a map-style dataset; DeBERTa-v3 and XLNet (not "
+            "packable) get static padded steps instead (max_seq_length wide, fixed rows and target count). "
+            "Default: on CUDA with "
             "compilation, on (with --torch_compile_mode reduce-overhead) for the recipes a GPU measured no slower "
             "that way (docs/speed.md, 'The CUDA defaults'); off elsewhere."
         },
