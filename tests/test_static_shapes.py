@@ -152,9 +152,10 @@ def test_static_width_refuses_a_longer_batch(setups):
         pad_statically(batch, StaticShape(ROWS, LENGTH // 2), 0, collator)
 
 
-def test_pretrain_deberta_v3_with_static_shapes(tmp_path, corpus_file):
+@pytest.mark.parametrize("recipe_name, shape", [("deberta-v3-tiny", (4 + 1, 64)), ("xlnet-tiny", (4, 64))])
+def test_pretrain_with_static_shapes(tmp_path, corpus_file, recipe_name, shape):
     """`bertology pretrain --recipe deberta-v3-tiny --fixed_shape_batches true`: every training batch has one shape
-    and three steps train (finite loss)."""
+    (DeBERTa-v3's padding row; XLNet's stream batches with memory, as they were) and three steps train."""
     from transformers import TrainerCallback
 
     from hf_bertology.training.pretrain import main
@@ -165,11 +166,11 @@ def test_pretrain_deberta_v3_with_static_shapes(tmp_path, corpus_file):
         def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
             seen["shapes"] = {_shapes(batch) for _, batch in zip(range(4), train_dataloader)}
 
-    argv = ["--recipe", "deberta-v3-tiny", "--train_file", str(corpus_file), "--output_dir", str(tmp_path / "run")]
+    argv = ["--recipe", recipe_name, "--train_file", str(corpus_file), "--output_dir", str(tmp_path / "run")]
     flags = ["--vocab_size", "300", "--max_steps", "3", "--per_device_train_batch_size", "4", "--disable_tqdm", "true"]
     metrics = main([*argv, *flags, "--fixed_shape_batches", "true"], callbacks=[Shapes()])
     assert len(seen["shapes"]) == 1, seen
-    assert dict(next(iter(seen["shapes"])))["input_ids"] == (4 + 1, 64)  # the padding row; deberta-v3-tiny's 64
+    assert dict(next(iter(seen["shapes"])))["input_ids"] == shape  # the tiny recipes' max_seq_length: 64
     assert torch.isfinite(torch.tensor(metrics["train_loss"]))
 
 
