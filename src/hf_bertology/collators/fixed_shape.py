@@ -306,9 +306,10 @@ def lay_out(
     return out
 
 
-def add_fixed_target_positions(batch: dict[str, torch.Tensor], budget: TokenBudget) -> dict[str, torch.Tensor]:
-    """Each label key's labelled flat indices, padded to `budget.max_targets` with the last slot (a filler whose label
-    is -100). Grows `budget.max_targets` when a step has more (logged: a compiled step recompiles once)."""
+def add_fixed_target_positions(batch: dict[str, torch.Tensor], budget) -> dict[str, torch.Tensor]:
+    """Each label key's labelled flat indices, padded to `budget.max_targets` with the labels' last slot labelled
+    -100 (the last filler; in `pad_statically` the padding row's last slot, or XLNet's last unused target row).
+    Grows `budget.max_targets` when a step has more (logged: a compiled step recompiles once)."""
     for key, name in TARGET_POSITIONS.items():
         labels = batch.get(key)
         if not torch.is_tensor(labels):
@@ -321,7 +322,8 @@ def add_fixed_target_positions(batch: dict[str, torch.Tensor], budget: TokenBudg
                 "(a compiled step recompiles once)"
             )
             budget.max_targets = grown
-        padded = torch.full((budget.max_targets,), budget.slots - 1, dtype=torch.long)
+        ignored = labels.flatten().eq(_LABEL_FILL).nonzero()  # none only where every entry is a real target
+        padded = torch.full((budget.max_targets,), int(ignored[-1]) if len(ignored) else 0, dtype=torch.long)
         padded[: positions.numel()] = positions
         batch[name] = padded
     return batch
@@ -345,6 +347,85 @@ class FixedShapeCollator(CollatorWrapper):
             return add_target_positions(flatten_batch(batch, self.layout_keys))
 
 
+def _padding_value(key: str, pad_token_id: int) -> int:
+    """A padding row's value of a key: ignored labels, no attention, the pad token, zeros elsewhere."""
+    if "label" in key:
+        return _LABEL_FILL
+    return pad_token_id if key == "input_ids" else 0
+
+
+@dataclass
+class StaticShape:
+    """The fixed shape of every padded step: `rows` examples plus one padding row, each `width` tokens wide, and
+    `max_targets` entries in every `*target_positions` (None: set from the first batch's labels)."""
+
+    rows: int
+    width: int
+    max_targets: int | None = None
+
+
+def static_target_cap(collator, rows: int, labels_width: int, width: int) -> int:
+    """Target positions a step of `rows` full rows can have, by the collator's own count rule: `rows` times the
+    per-sequence count at `width` (`num_to_predict`: `min(max_predictions_per_seq, max(1, round(width * rate)))`,
+    the prediction caps' rule), or every label slot where the targets have rows of their own (XLNet's `num_predict`
+    rows). A draw without a count (`masking_draw="bernoulli"`) gets the token budget's margin
+    (`TokenBudget.for_lengths`) and grows if exceeded."""
+    if labels_width != width:
+        return rows * labels_width
+    count = getattr(collator, "num_to_predict", None)
+    if count is not None and getattr(collator, "masking_draw", None) != "bernoulli":
+        full = torch.tensor([width])
+        return rows * int(count(full, full))
+    labelled = rows * width * getattr(collator, "mlm_probability", 0.15)
+    return _round_up(labelled + 6 * math.sqrt(labelled) + 16, 64)
+
+
+def pad_statically(batch: dict[str, torch.Tensor], shape: StaticShape, pad_token_id: int, collator=None) -> dict:
+    """A padded batch of at most `shape.rows` examples, each `shape.width` wide (the collator padded them there), as
+    the static step: padding rows up to `shape.rows + 1` (labels -100, attention mask 0, the pad token), and every
+    label key's target positions padded to `shape.max_targets` with the last padding row's last slot
+    (`add_fixed_target_positions`). So the padded targets, and whatever the replacement sampling writes at them,
+    land in a row no real token attends to. Labels in rows of their own (XLNet's `(B, num_predict)`: nothing is
+    written into the input at a target) need no padding row: rows up to `shape.rows`, padded targets at an unused
+    target row. Raises `ValueError` on a batch wider than `shape.width`."""
+    count, width = batch["attention_mask"].shape
+    if width != shape.width:
+        raise ValueError(f"a batch {width} tokens wide, not the static width {shape.width}")
+    own_rows = batch["labels"].shape[1] != width
+    rows = max(shape.rows, count) + (not own_rows)  # one padding row: the padded targets' slot
+    out: dict[str, torch.Tensor] = {}
+    for key, value in batch.items():
+        if key in TARGET_POSITIONS.values():
+            continue
+        if torch.is_tensor(value) and value.dim() >= 1 and value.shape[0] == count:
+            extra = value.new_full((rows - count, *value.shape[1:]), _padding_value(key, pad_token_id))
+            value = torch.cat([value, extra])
+        out[key] = value
+    if shape.max_targets is None:
+        labels = out["labels"]
+        shape.max_targets = static_target_cap(collator, shape.rows, labels.shape[1], width)
+    return add_fixed_target_positions(out, shape)
+
+
+class StaticPaddedCollator(CollatorWrapper):
+    """Wraps one of our padded collators (XLNet's, DeBERTa-v3's: batches that cannot be packed) so that every
+    training step has one shape (`pad_statically`): the collator pads every example to `shape.width` (its
+    `pad_to_multiple_of`; left or right as it pads), then the padding rows and padded target positions. The masks
+    and draws are the collator's at that width; the losses and gradients are the batch's own (the padding row's
+    labels are -100 and its attention mask 0). Evaluation batches get the same treatment."""
+
+    def __init__(self, collator, shape: StaticShape):
+        if not hasattr(collator, "pad_to_multiple_of"):
+            raise ValueError(f"{type(collator).__name__} cannot pad to a fixed width")
+        collator = dataclasses.replace(collator, pad_to_multiple_of=shape.width)
+        super().__init__(collator)
+        self.shape = shape
+
+    def __call__(self, features):
+        batch = self.collator(features)
+        return pad_statically(batch, self.shape, self.collator.tokenizer.pad_token_id, self.collator)
+
+
 def padding_waste(batches: Sequence[Sequence[int]], lengths: Sequence[int], budget: TokenBudget) -> float:
     """Computed slots / real tokens over these batches (every step computes `budget.slots` slots)."""
     lengths = np.asarray(lengths)
@@ -355,11 +436,15 @@ def padding_waste(batches: Sequence[Sequence[int]], lengths: Sequence[int], budg
 __all__ = [
     "DoesNotFit",
     "FixedShapeCollator",
+    "StaticPaddedCollator",
+    "StaticShape",
     "TokenBudget",
     "TokenBudgetBatchSampler",
     "add_fixed_target_positions",
     "best_fit",
     "lay_out",
     "next_fit",
+    "pad_statically",
     "padding_waste",
+    "static_target_cap",
 ]

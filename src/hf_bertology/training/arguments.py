@@ -134,7 +134,9 @@ class DataArguments:
         metadata={
             "help": "Padding-free steps of one fixed shape: a token budget of about per_device_train_batch_size "
             "examples, filled by best-fit packing, so a compiled step never recompiles and can be a CUDA graph "
-            "(docs/speed.md). Needs padding-free batches and a map-style dataset. Default: on CUDA with "
+            "(docs/speed.md). Needs padding-free batches and a map-style dataset; DeBERTa-v3 and XLNet (not "
+            "packable) get static padded steps instead (max_seq_length wide, fixed rows and target count). "
+            "Default: on CUDA with "
             "compilation, on (with --torch_compile_mode reduce-overhead) for the recipes a GPU measured no slower "
             "that way (docs/speed.md, 'The CUDA defaults'); off elsewhere."
         },
@@ -194,7 +196,8 @@ def device_defaults(explicit: set[str], streaming: bool = False) -> dict:
 
 
 # Variants whose fixed-shape steps with CUDA graphs a GPU measured no slower than the dynamic compiled step: there
-# they are the CUDA default under compilation (docs/speed.md, "The CUDA defaults", says what the others need).
+# they are the CUDA default under compilation (docs/speed.md, "The CUDA defaults", says what the others need). A
+# packable variant's are token-budget steps; an unpackable one's (DeBERTa-v3, XLNet) static padded steps.
 CUDA_GRAPH_VARIANTS = frozenset({"bert"})
 
 
@@ -203,22 +206,23 @@ def fast_path(
     explicit: set[str],
 ) -> None:  # fmt: skip
     """Fixed-shape steps and CUDA graphs (`--fixed_shape_batches`, `--torch_compile_mode reduce-overhead`) by default
-    where they apply and were measured no slower: a compiled run on CUDA (not `--use_cpu`), a recipe of
-    `CUDA_GRAPH_VARIANTS` on its own encoder, padding-free batches (not `--streaming`, `--padding_free false`, nor
-    an attention that reads padded batches only); a flag always wins. Sets `data_args.fixed_shape_batches` (False
-    where it stays off) and the compile mode."""
+    where they apply and were measured no slower: a compiled run on CUDA (not `--use_cpu`) of a recipe of
+    `CUDA_GRAPH_VARIANTS` on its own encoder, not `--streaming`; for a packable recipe, padding-free batches (not
+    `--padding_free false`, nor an attention that reads padded batches only), for an unpackable one static padded
+    batches. A flag always wins. Sets `data_args.fixed_shape_batches` (False where it stays off) and the compile
+    mode."""
     if data_args.fixed_shape_batches is not None:
         return
     attention = model_args.attn_implementation
+    packs = data_args.padding_free is not False and (attention is None or attention in PACKED_IMPLEMENTATIONS)
     data_args.fixed_shape_batches = bool(
         torch.cuda.is_available()
         and not training_args.use_cpu
         and training_args.torch_compile
         and recipe.variant_name in CUDA_GRAPH_VARIANTS
         and recipe.backbone is None
-        and data_args.padding_free is not False
         and not data_args.streaming
-        and (attention is None or attention in PACKED_IMPLEMENTATIONS)
+        and (packs or not recipe.padding_free)  # an unpackable recipe's static padded steps take any attention
     )
     if data_args.fixed_shape_batches and "torch_compile_mode" not in explicit:
         training_args.torch_compile_mode = "reduce-overhead"  # static shapes: the step replays as a CUDA graph

@@ -6,7 +6,7 @@ Trainer's own batch-sampler path, the one `transformers.trainer_pt_utils.BatchRe
 collator lays every step out in the budget's shape, and `--torch_compile` compiles with static shapes
 (`dynamic=False`: one graph, which `--torch_compile_mode reduce-overhead` can replay as a CUDA graph).
 Evaluation batches keep the padding-free layout (`FixedShapeCollator` falls back to it for a batch the sampler did
-not make).
+not make). Padded batches (DeBERTa-v3, XLNet: not packable) get static padded shapes instead (`use_static_padding`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,14 @@ import datasets
 import pyarrow.compute as pc
 from transformers.trainer_pt_utils import BatchRebalanceSampler
 
-from ..collators.fixed_shape import FixedShapeCollator, TokenBudget, TokenBudgetBatchSampler
-from ..collators.flatten import PaddingFreeCollator
+from ..collators.fixed_shape import (
+    FixedShapeCollator,
+    StaticPaddedCollator,
+    StaticShape,
+    TokenBudget,
+    TokenBudgetBatchSampler,
+)
+from ..collators.flatten import PaddingFreeCollator, TargetPositionsCollator
 from ..utils import BertologyError, logger
 
 
@@ -59,13 +65,41 @@ def example_lengths(dataset) -> list[int]:
     return [len(example["input_ids"]) for example in dataset]
 
 
-def use_fixed_shape(trainer, max_seq_length: int, rows_per_example_length: int = 4) -> TokenBudget:
+def _static_compilation(trainer) -> None:
+    plugin = getattr(trainer.accelerator.state, "dynamo_plugin", None)
+    if trainer.args.torch_compile and plugin is not None:
+        plugin.dynamic = False  # every step has one shape: a static graph (BertologyTrainer asks dynamic otherwise)
+
+
+def use_static_padding(trainer, max_seq_length: int) -> StaticShape:
+    """Give `trainer` (built with a padded `TargetPositionsCollator`: DeBERTa-v3, XLNet) static padded steps:
+    `per_device_train_batch_size` rows of `max_seq_length` tokens, plus one all-padding row where the padded target
+    positions need a slot (`collators.fixed_shape.pad_statically`); returns the shape."""
+    collator = trainer.data_collator
+    shape = StaticShape(trainer.args.per_device_train_batch_size, max_seq_length)
+    try:
+        trainer.data_collator = StaticPaddedCollator(collator.collator, shape)
+    except ValueError as err:
+        raise BertologyError(f"--fixed_shape_batches: {err}") from None
+    _static_compilation(trainer)
+    logger.info("static padded steps: %s", shape)
+    return shape
+
+
+def use_fixed_shape(
+    trainer, max_seq_length: int, rows_per_example_length: int = 4, packable: bool = True
+) -> TokenBudget | StaticShape:
     """Give `trainer` (built with a `PaddingFreeCollator` and a map-style training set) fixed-shape steps of about
-    `per_device_train_batch_size` examples (`TokenBudget.for_lengths`); returns the budget."""
+    `per_device_train_batch_size` examples (`TokenBudget.for_lengths`); returns the budget. The padded batches of a
+    recipe that cannot be packed (`packable=False`: `Recipe.padding_free`) get static padded steps instead
+    (`use_static_padding`)."""
     collator = trainer.data_collator
     if not isinstance(collator, PaddingFreeCollator):
+        if isinstance(collator, TargetPositionsCollator) and not packable:
+            return use_static_padding(trainer, max_seq_length)
         raise BertologyError(
-            "--fixed_shape_batches needs padding-free batches (a packable recipe, --padding_free, no --streaming)"
+            "--fixed_shape_batches needs padding-free batches (a packable recipe, --padding_free, no --streaming), "
+            "or padded ones of a recipe that cannot be packed (DeBERTa-v3, XLNet; no --streaming)"
         )
     if not hasattr(trainer.train_dataset, "__len__"):
         raise BertologyError("--fixed_shape_batches needs a map-style training set (not --streaming)")
@@ -83,11 +117,9 @@ def use_fixed_shape(trainer, max_seq_length: int, rows_per_example_length: int =
     trainer.train_batch_sampler = TrainerTokenBudgetSampler(
         lengths, budget, seed=seed, num_replicas=args.world_size, rank=args.process_index
     )
-    plugin = getattr(trainer.accelerator.state, "dynamo_plugin", None)
-    if args.torch_compile and plugin is not None:
-        plugin.dynamic = False  # every step has one shape: a static graph (BertologyTrainer asks dynamic otherwise)
+    _static_compilation(trainer)
     logger.info("fixed-shape steps: %s", budget)
     return budget
 
 
-__all__ = ["TrainerTokenBudgetSampler", "example_lengths", "use_fixed_shape"]
+__all__ = ["TrainerTokenBudgetSampler", "example_lengths", "use_fixed_shape", "use_static_padding"]

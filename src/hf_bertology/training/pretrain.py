@@ -87,7 +87,7 @@ def run_pretraining(
         if data_args.fixed_shape_batches:
             from .fixed_shape import use_fixed_shape
 
-            use_fixed_shape(trainer, recipe.max_seq_length)
+            use_fixed_shape(trainer, recipe.max_seq_length, packable=recipe.padding_free)
         if recipe.phase_config is not None and model_args.model_name_or_path:  # a later phase: the optimizer goes on
             continue_phase(trainer, model_args.model_name_or_path)
         use_batch_size_warmup(trainer, recipe, data_args)  # where the recipe or the flags ask for one
