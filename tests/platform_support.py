@@ -125,3 +125,17 @@ def loss_and_grads(model, batch: dict, num_items=None):
     output = model(**batch, num_items_in_batch=num_items)
     output.loss.backward()
     return output, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def assert_same_step(expected: tuple, got: tuple, rtol: float = 1e-5, atol: float = 1e-5, label: str = "") -> None:
+    """Two `loss_and_grads` results agree: every scalar output (losses, accuracies) and every parameter's gradient,
+    within (rtol, atol)."""
+    import torch
+
+    (out_expected, grads_expected), (out_got, grads_got) = expected, got
+    for key, value in out_expected.items():
+        if torch.is_tensor(value) and value.dim() == 0:
+            torch.testing.assert_close(out_got[key], value, rtol=rtol, atol=atol, msg=f"{label} {key}")
+    assert grads_expected.keys() == grads_got.keys()
+    for name, grad in grads_expected.items():
+        torch.testing.assert_close(grads_got[name], grad, rtol=rtol, atol=atol, msg=f"{label} {name}")

@@ -20,7 +20,7 @@ from hf_bertology.training import pretrain
 from hf_bertology.training.attention import PACKED_ATTENTION, set_attention, use_padding_free
 from hf_bertology.training.trainer import BertologyTrainer
 from hf_bertology.utils import BertologyError
-from platform_support import no_dropout, pretrain_argv, subprocess_env, write_corpus
+from platform_support import assert_same_step, no_dropout, pretrain_argv, subprocess_env, write_corpus
 
 # (objective, backbone) -> the start of the one line that refuses it
 REFUSED = {
@@ -409,13 +409,7 @@ def test_cell_padding_free_equals_padded(cell, corpus, tokenizers):
         output.loss.backward()
         grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
         results.append((output, grads))
-    (out_padded, grads_padded), (out_flat, grads_flat) = results
-    for key, value in out_padded.items():
-        if torch.is_tensor(value) and value.dim() == 0:
-            torch.testing.assert_close(out_flat[key], value, rtol=1e-5, atol=1e-5, msg=key)
-    assert grads_padded.keys() == grads_flat.keys()
-    for name, grad in grads_padded.items():
-        torch.testing.assert_close(grads_flat[name], grad, rtol=1e-5, atol=1e-5, msg=name)
+    assert_same_step(*results)
 
 
 @pytest.mark.parametrize("cell", PACKABLE_CELLS, ids=cell_id)

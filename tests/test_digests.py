@@ -3,8 +3,9 @@
 For each paper recipe at its tiny size, every objective on every other encoder and a few part variations, a model
 built from a fixed seed is saved as a run saves it (`hub.save_folder`, and a joint run's `discriminator/` and
 `generator/`); the digests are the tensor names, shapes and bytes of every safetensors file, the `config.json`s, and
-the losses and logits of a fixed batch. `python tests/test_digests.py --record` writes them (`tests/digests.json`);
-re-record only for a change that is meant to change checkpoints, and say so in the commit.
+the losses and logits of a fixed batch. `python tests/test_digests.py --record [CASE ...]` writes them
+(`tests/digests.json`; only the named cases, if any); re-record only for a change that is meant to change checkpoints,
+and say so in the commit.
 """
 
 from __future__ import annotations
@@ -152,11 +153,14 @@ def test_checkpoint_is_unchanged(case, corpus, recorded, tmp_path):
             assert math.isclose(got, want, rel_tol=1e-5, abs_tol=1e-6), (case, key, got, want)
 
 
-if __name__ == "__main__" and sys.argv[1:] == ["--record"]:
+if __name__ == "__main__" and sys.argv[1:2] == ["--record"]:
     import tempfile
 
+    named = sys.argv[2:]  # `--record CASE ...`: only these, the others kept as recorded
     with tempfile.TemporaryDirectory() as tmp:
         corpus = load_corpus(train_files=[str(write_corpus(Path(tmp) / "corpus.txt"))])
-        result = {case: digest(case, corpus, Path(tmp)) for case in CASES}
+        result = {case: digest(case, corpus, Path(tmp)) for case in (named or CASES)}
+    if named:
+        result = {**json.loads(DIGESTS.read_text()), **result}
     DIGESTS.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
-    print(f"{len(result)} digests written to {DIGESTS}")
+    print(f"{len(named or result)} digests written to {DIGESTS}")

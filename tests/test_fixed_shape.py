@@ -19,7 +19,7 @@ from hf_bertology.data import build_pretraining_dataset, load_corpus, tokenize_c
 from hf_bertology.recipes import VARIANTS, get_recipe
 from hf_bertology.training.attention import PACKED_ATTENTION, set_attention
 from hf_bertology.training.trainer import BertologyTrainer
-from platform_support import loss_and_grads, tiny_examples
+from platform_support import assert_same_step, loss_and_grads, tiny_examples
 
 PACKABLE = [name for name, spec in VARIANTS.items() if spec.padding_free]
 LENGTH = 48
@@ -77,14 +77,8 @@ def test_fixed_shape_equals_padded(setups, variant):
     model = set_attention(recipe.build_model(), PACKED_ATTENTION).train()
     counts_padded, counts_fixed = _counts(padded), _counts(fixed)
     assert {k: int(v) for k, v in counts_padded.items()} == {k: int(v) for k, v in counts_fixed.items()}
-    out_padded, grads_padded = loss_and_grads(model, padded, counts_padded)
-    out_fixed, grads_fixed = loss_and_grads(model, fixed, counts_fixed)
-    for key, value in out_padded.items():
-        if torch.is_tensor(value) and value.dim() == 0:
-            torch.testing.assert_close(out_fixed[key], value, rtol=1e-5, atol=1e-5, msg=f"{variant} {key}")
-    assert grads_padded.keys() == grads_fixed.keys()
-    for name, grad in grads_padded.items():
-        torch.testing.assert_close(grads_fixed[name], grad, rtol=1e-5, atol=1e-5, msg=f"{variant} {name}")
+    expected = loss_and_grads(model, padded, counts_padded)
+    assert_same_step(expected, loss_and_grads(model, fixed, counts_fixed), label=variant)
 
 
 def test_electra_sampled_accuracy_counts_real_targets_only(setups, monkeypatch):
@@ -296,9 +290,11 @@ def test_fixed_shape_step_has_no_host_sync(setups, variant):
     assert syncs.count == 0, syncs.by_site()
 
 
-def test_pretrain_compiled_fixed_shape_compiles_once(tmp_path, corpus_file):
+@pytest.mark.parametrize(("recipe", "steps", "batch"), [("bert-tiny", 5, 8), ("deberta-v3-tiny", 4, 4)])
+def test_pretrain_compiled_fixed_shape_compiles_once(tmp_path, corpus_file, recipe, steps, batch):
     """Through the Trainer with `--torch_compile` (dynamo with the eager backend: guards and graphs, no code
-    generation, so it is fast on CPU) the steps after the first trace nothing new: the static graph holds."""
+    generation, so it is fast on CPU) the steps after the first trace nothing new: the static graph holds, for the
+    packed token-budget steps (BERT) and the static padded ones (DeBERTa-v3: its padding row and padded targets)."""
     import torch._dynamo
     from torch._dynamo.utils import counters
     from transformers import TrainerCallback
@@ -313,9 +309,9 @@ def test_pretrain_compiled_fixed_shape_compiles_once(tmp_path, corpus_file):
 
     torch._dynamo.reset()
     counters.clear()
-    argv = ["--recipe", "bert-tiny", "--train_file", str(corpus_file), "--output_dir", str(tmp_path / "run")]
-    flags = ["--vocab_size", "300", "--max_steps", "5", "--per_device_train_batch_size", "8", "--disable_tqdm", "true"]
+    argv = ["--recipe", recipe, "--train_file", str(corpus_file), "--output_dir", str(tmp_path / "run")]
+    flags = ["--vocab_size", "300", "--max_steps", str(steps), "--per_device_train_batch_size", str(batch)]
     compile_flags = ["--torch_compile", "true", "--torch_compile_backend", "eager", "--fixed_shape_batches", "true"]
-    main([*argv, *flags, *compile_flags], callbacks=[Graphs()])
+    main([*argv, *flags, "--disable_tqdm", "true", *compile_flags], callbacks=[Graphs()])
     torch._dynamo.reset()
-    assert len(graphs) == 5 and graphs[0] >= 1 and graphs[-1] == graphs[0], graphs
+    assert len(graphs) == steps and graphs[0] >= 1 and graphs[-1] == graphs[0], graphs

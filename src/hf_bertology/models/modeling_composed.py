@@ -194,11 +194,15 @@ class ComposedForPreTraining(MaskedLMPreTraining, ReplacedTokenDetectionPreTrain
 
     def _backbone_inputs(self, attention_mask, token_type_ids, position_ids, kwargs: dict) -> dict:
         """The backbone's keyword inputs; a padding-free batch (`cu_seq_lens_q`) drops the mask and, on RoBERTa,
-        starts its positions after the padding index."""
+        starts its positions after the padding index; a padded one counts them on its mask."""
         packed = is_packed(self.config, kwargs)
-        offset = first_position(self.base_model.embeddings) if packed else 0
-        if offset:
+        offset = first_position(self.base_model.embeddings)
+        if packed and offset:
             position_ids = position_ids + offset
+        elif offset and position_ids is None and attention_mask is not None:
+            # RoBERTa numbers a padded row's positions from its ids, where an RTD sample can be the pad id: count the
+            # mask instead (`create_position_ids_from_input_ids`'s values for any row without a pad id inside)
+            position_ids = attention_mask.long().cumsum(-1) * attention_mask.long() + (offset - 1)
         inputs = {"attention_mask": None if packed else attention_mask, "position_ids": position_ids, **kwargs}
         if hasattr(self.config, "type_vocab_size"):  # ModernBERT has no token types
             inputs["token_type_ids"] = token_type_ids
