@@ -33,7 +33,7 @@ from transformers import DataCollatorForLanguageModeling
 from hf_bertology.collators.base import EXAMPLE_ID
 from hf_bertology.data import build_pretraining_dataset, tokenize_corpus
 from hf_bertology.recipes import get_recipe
-from hf_bertology.training.attention import configure_attention
+from hf_bertology.training.batches import configure_attention
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "wikitext-2-raw" / "wiki.valid.raw"
 DEFAULT = "bert-base,roberta-base,spanbert-base,albert-base,electra-small,xlnet-base,deberta-v3-base,modernbert-base"

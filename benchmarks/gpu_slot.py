@@ -263,7 +263,7 @@ def measure_run(recipe_name: str, text: str, run: str, settings: dict, prepared:
     import transformers
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainerCallback
 
-    from hf_bertology.training.attention import configure_attention
+    from hf_bertology.training.batches import configure_attention
     from hf_bertology.training.run_trainer import send_only_what_attention_reads, trainer_class
 
     torch.manual_seed(0)

@@ -37,7 +37,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from hf_bertology.data import build_pretraining_dataset, tokenize_corpus
 from hf_bertology.recipes import VARIANTS, get_recipe
-from hf_bertology.training.attention import configure_attention
+from hf_bertology.training.batches import configure_attention
 
 RECORD = Path(__file__).with_name("op_counts.json")
 LENGTH, BATCH, VOCAB = 64, 8, 300

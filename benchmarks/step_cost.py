@@ -315,7 +315,7 @@ def measure_trainer(
     from hf_bertology.collators.flatten import PaddingFreeCollator
     from hf_bertology.testing import HostSyncs
     from hf_bertology.training.arguments import PRETRAIN_DEFAULTS, device_defaults
-    from hf_bertology.training.attention import configure_attention
+    from hf_bertology.training.batches import configure_attention
     from hf_bertology.training.run_trainer import trainer_class
 
     torch.manual_seed(0)

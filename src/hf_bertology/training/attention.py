@@ -5,7 +5,7 @@ names in `AttentionInterface` with every keyword of the model's forward, so a re
 boundaries of a padding-free batch (`cu_seq_lens_q`, `max_length_q`; `collators.flatten`) with no modeling code
 copied. `sdpa_packed`, registered here: FlashAttention's variable-length kernel on CUDA in bf16/fp16, else one SDPA
 call on the examples re-padded (MosaicBERT's layout); plain SDPA for padded batches; ModernBERT's `sliding_window`
-in both. `configure_attention` picks the kernel and the batches of a run. Why, and what is measured: docs/speed.md
+in both (`batches.configure_attention` pairs a run's kernel with its batches). Why, and what is measured: docs/speed.md
 ("Padding-free batches") and docs/internals.md.
 """
 
@@ -20,7 +20,6 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from ..models.masked_lm import PACKED_IMPLEMENTATIONS
-from ..utils import BertologyError
 
 PACKED_ATTENTION = PACKED_IMPLEMENTATIONS[0]  # "sdpa_packed": ours, registered by `register_packed_attention`
 
@@ -222,40 +221,7 @@ def use_padding_free(model: torch.nn.Module, implementation: str | None = None, 
     return set_attention(model, implementation)
 
 
-def configure_attention(
-    model, collator, padding_free: bool | None, implementation: str | None, supported: bool, streaming: bool = False,
-    device=None,
-):  # fmt: skip
-    """The model and collator a run trains with: padding-free (flattened batches, a packed-aware attention) by
-    default wherever the variant `supported` it, else padded with `implementation` if one was named. Either way
-    the batches carry their labelled tokens' positions (`collators.flatten.add_target_positions`), except streamed
-    ones (accelerate slices those across processes by rows).
-
-    `padding_free=None` means "where it pays": every variant whose attention is transformers' `AttentionInterface`
-    (not XLNet, DeBERTa-v3), unless `implementation` names a kernel that cannot read a flat row (`sdpa`,
-    `eager`): then padded batches with that kernel. Returns `(model, collator)`.
-    """
-    from ..collators.flatten import PaddingFreeCollator, TargetPositionsCollator
-
-    packs = implementation is None or implementation in PACKED_IMPLEMENTATIONS
-    if padding_free and not supported:
-        raise BertologyError(f"{type(model).__name__} cannot take padding-free batches; pass --padding_free false")
-    if padding_free and not packs:
-        raise BertologyError(
-            f"padding-free batches need --attn_implementation in {PACKED_IMPLEMENTATIONS}, not {implementation!r}; "
-            "or pass --padding_free false"
-        )
-    if padding_free is None:
-        padding_free = supported and packs
-    if padding_free:
-        return use_padding_free(model, implementation, device), PaddingFreeCollator(collator)
-    if implementation:
-        set_attention(model, implementation)
-    return model, collator if streaming else TargetPositionsCollator(collator)
-
-
 __all__ = [
-    "configure_attention",
     "PACKED_ATTENTION",
     "default_attention",
     "layout_keys_read",

@@ -1,11 +1,12 @@
-"""The batches a run feeds the model: padding-free or padded, and the attention kernel that reads them."""
+"""The batches a run feeds the model: padding-free or padded, the collator wrapped for them, and the attention kernel
+that reads them (`attention.py` holds the kernels)."""
 
 from __future__ import annotations
 
 from ..recipes.recipe import Recipe
 from ..utils import BertologyError
 from .arguments import DataArguments, ModelArguments
-from .attention import configure_attention
+from .attention import PACKED_IMPLEMENTATIONS, set_attention, use_padding_free
 
 
 def configure_batches(
@@ -25,3 +26,35 @@ def configure_batches(
         model, collator, padding_free, model_args.attn_implementation, recipe.padding_free, data_args.streaming,
         device,
     )  # fmt: skip
+
+
+def configure_attention(
+    model, collator, padding_free: bool | None, implementation: str | None, supported: bool, streaming: bool = False,
+    device=None,
+):  # fmt: skip
+    """The model and collator a run trains with: padding-free (flattened batches, a packed-aware attention) by
+    default wherever the variant `supported` it, else padded with `implementation` if one was named. Either way
+    the batches carry their labelled tokens' positions (`collators.flatten.add_target_positions`), except streamed
+    ones (accelerate slices those across processes by rows).
+
+    `padding_free=None` means "where it pays": every variant whose attention is transformers' `AttentionInterface`
+    (not XLNet, DeBERTa-v3), unless `implementation` names a kernel that cannot read a flat row (`sdpa`,
+    `eager`): then padded batches with that kernel. Returns `(model, collator)`.
+    """
+    from ..collators.flatten import PaddingFreeCollator, TargetPositionsCollator
+
+    packs = implementation is None or implementation in PACKED_IMPLEMENTATIONS
+    if padding_free and not supported:
+        raise BertologyError(f"{type(model).__name__} cannot take padding-free batches; pass --padding_free false")
+    if padding_free and not packs:
+        raise BertologyError(
+            f"padding-free batches need --attn_implementation in {PACKED_IMPLEMENTATIONS}, not {implementation!r}; "
+            "or pass --padding_free false"
+        )
+    if padding_free is None:
+        padding_free = supported and packs
+    if padding_free:
+        return use_padding_free(model, implementation, device), PaddingFreeCollator(collator)
+    if implementation:
+        set_attention(model, implementation)
+    return model, collator if streaming else TargetPositionsCollator(collator)
