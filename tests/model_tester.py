@@ -192,7 +192,7 @@ OUTPUT_FIELDS = {
     "deberta_v3": ("prediction_logits", "rtd_logits", True),
     "xlnet": ("logits", "logits", False),  # at the prediction targets: (B, P, V) without labels
     "spanbert@albert": ("logits", "logits", False),
-    "deberta-v3@bert": ("logits", "rtd_logits", True),
+    "deberta-v3@bert": ("prediction_logits", "rtd_logits", True),  # an RTD cell answers under ELECTRA's names
 }
 SENTENCE_LABELS = {"bert": "next_sentence_label", "albert": "sentence_order_label"}
 WITH_SBO = ("spanbert", "spanbert@albert")

@@ -43,17 +43,20 @@ def _bert_batch(seq_len: int) -> dict[str, torch.Tensor]:
 def test_flop_count_matches_hand_count_for_bert_tiny():
     torch.manual_seed(0)
     model = get_recipe("bert-tiny", vocab_size=100).build_model()  # L=2, H=32, FFN=37, V=100
-    # Hand count (multiply-accumulates of the forward pass):
-    #   encoder, per real token: 2 layers × (Q,K,V,O 4·32·32 + FFN 32·37 + 37·32) = 2 × (4096 + 2368) = 12,928
-    #     × 13 real tokens (8 + 5; padding is not counted)                                        = 168,064
+    # Hand count (multiply-accumulates of the forward pass), the last layer's feed-forward on the rows a loss reads
+    # only (`models/last_layer.py`: 3 predicted positions + 2 first tokens for NSP = 5 rows):
+    #   attention, per real token: 2 layers × Q,K,V,O 4·32·32 = 8,192 × 13 real tokens (8 + 5; no padding) = 106,496
+    #   feed-forward 32·37 + 37·32 = 2,368: layer 1 on 13 tokens, layer 2 on 5 rows = 2,368 × 18      =  42,624
     #   sparse MLM head, per predicted position: transform 32·32 + decoder 32·100 = 4,224 × 3    =  12,672
     #   pooler 32·32 + NSP 32·2 = 1,088 per sequence × 2                                           =   2,176
-    #   matmul MACs 182,912 → forward FLOPs 2 × 182,912                                            = 365,824
+    #   BertModel's own pooler on the subset's first row (its output unread)                      =   1,024
+    #   matmul MACs 164,992 → forward FLOPs 2 × 164,992                                            = 329,984
     #   attention (QKᵀ and A·V): 2 layers × 4 · 32 · (8² + 5²) = 2 × 128 × 89                      =  22,784
-    #   forward 388,608; training (forward + backward = 3 × forward)                               = 1,165,824
-    expected = 3 * (2 * (2 * (4 * 32 * 32 + 2 * 32 * 37) * 13 + (32 * 32 + 32 * 100) * 3 + (32 * 32 + 32 * 2) * 2))
+    #   forward 352,768; training (forward + backward = 3 × forward)                               = 1,058,304
+    expected = 3 * 2 * (2 * 4 * 32 * 32 * 13 + 2 * 32 * 37 * (13 + 5) + (32 * 32 + 32 * 100) * 3)
+    expected += 3 * 2 * ((32 * 32 + 32 * 2) * 2 + 32 * 32)
     expected += 3 * 2 * 4 * 32 * (8**2 + 5**2)
-    assert expected == 1_165_824
+    assert expected == 1_058_304
     for seq_len in (8, 12):  # the same real tokens, more padding: the same count
         counter = FlopCounter(model)
         with counter:

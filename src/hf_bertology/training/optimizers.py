@@ -201,9 +201,11 @@ def decay_parameter_names(model, args, default: list[str]) -> list[str]:
 def official_schedule_kwargs(args) -> dict | None:
     """`official_schedule`'s keywords where `lr_scheduler_kwargs` ask for it, else None (transformers' schedule)."""
     kwargs = dict(args.lr_scheduler_kwargs or {})
-    if not set(kwargs) & set(SCHEDULE_KEYS):
-        return None
     schedule = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
+    ours = set(kwargs) & set(SCHEDULE_KEYS)
+    # transformers' own schedules that take `min_lr_ratio` (warmup_stable_decay, cosine_with_min_lr) keep it
+    if not ours or (schedule != "linear" and ours == {"min_lr_ratio"}):
+        return None
     if schedule != "linear" or not set(kwargs) <= set(SCHEDULE_KEYS):
         raise BertologyError(
             f"--lr_scheduler_kwargs {kwargs}: {', '.join(SCHEDULE_KEYS)} apply to --lr_scheduler_type linear and "
