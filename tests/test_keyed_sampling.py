@@ -135,3 +135,17 @@ def test_a_row_samples_alike_in_the_whole_batch_and_in_a_half(name, corpus):
     whole, first, second, unkeyed_1, unkeyed_2 = seen
     torch.testing.assert_close(torch.cat([first, second]), whole, rtol=0, atol=0)
     assert not torch.equal(unkeyed_1, unkeyed_2)  # without keys the state matters: the keys above did the work
+
+
+def test_sampling_benchmark_runs():
+    """`benchmarks/rtd_sampling.py` (docs/speed.md) at a small shape: both samplers timed, in the same run."""
+    import importlib.util
+
+    from platform_support import REPO
+
+    spec = importlib.util.spec_from_file_location("rtd_sampling", REPO / "benchmarks" / "rtd_sampling.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    medians = bench.main(["--targets", "64", "--vocab", "500", "--repeats", "2"])
+    assert set(medians) == {"torch.multinomial (reference)", "sample_tokens (keyed)"}
+    assert all(seconds > 0 for seconds in medians.values())
