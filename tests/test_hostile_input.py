@@ -642,6 +642,22 @@ def test_bad_released_parts_are_one_line_and_write_nothing(tmp_path, bert_tokeni
     assert not out.exists()
 
 
+def test_a_truncated_single_network_is_one_line_and_writes_nothing(tmp_path, bert_tokenizer, capsys):
+    """A one-network continuation (`--model_name_or_path` of a BERT folder whose model.safetensors was cut) is
+    refused by `check_weights` before the run starts, where transformers' own load would stop with a traceback."""
+    import hf_bertology as hb
+
+    folder = tmp_path / "released"
+    hb.get_recipe("bert-tiny", vocab_size=len(bert_tokenizer)).build_model().save_pretrained(folder)
+    bert_tokenizer.save_pretrained(folder)
+    _truncate(folder / "model.safetensors")
+    corpus, out = write_corpus(tmp_path / "corpus.txt", n_docs=5), tmp_path / "out"
+    argv = pretrain_argv("bert-tiny", corpus, out, "--max_steps", "1")
+    status, err = run([*argv, "--model_name_or_path", str(folder)], capsys)
+    assert_one_error(status, err, "released/model.safetensors cannot be read", "truncated or damaged")
+    assert not out.exists()
+
+
 def test_a_phase_from_a_damaged_checkpoint_is_one_line_and_writes_nothing(tmp_path, capsys):
     """Issue 45: a ModernBERT phase started from a checkpoint whose optimizer.pt was damaged stopped with a
     PytorchStreamReader traceback; the phase start now verifies the checkpoint's marker and digests as resuming
