@@ -711,6 +711,12 @@ TAKES = "it takes bias_correction, layer_adaptation, exclude_from_weight_decay, 
         ),
         (["--torch_compile_mode", "nonsense"], ["--torch_compile_mode 'nonsense' is not a mode", "reduce-overhead"]),
     ],
+    ids=[
+        *(f"optim_args-{case}" for case in ("unknown", "triton", "lr", "typo", "switch", "number", "regex", "lamb")),
+        *(f"lr_scheduler-{case}" for case in ("switch", "number", "list", "unknown", "another-schedule", "constant")),
+        "compile-backend",
+        "compile-mode",
+    ],
 )
 def test_flags_transformers_ignores_are_one_line(tmp_path, out, capsys, flags, needles):
     """Before: unknown `--optim_args` keys and values were ignored (exit 0; a user's `--optim_args` replaced bert-tiny's
