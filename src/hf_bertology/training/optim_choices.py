@@ -92,7 +92,8 @@ NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
     "adamw_torch_npu_fused": (("torch_npu", "torch-npu"),),
 }
 
-INSTALL = {"torchdistx": "install its build for your torch (github.com/pytorch/torchdistx)"}  # not on PyPI: transformers' hint
+# not on PyPI: transformers' own hint
+INSTALL = {"torchdistx": "install its build for your torch (github.com/pytorch/torchdistx)"}
 
 # optim -> the `--optim_args` keys its transformers handler reads, with their types
 RMSPROP_KEYS = {**dict.fromkeys(("momentum", "alpha", "eps", "weight_decay"), number), "centered": switch}
