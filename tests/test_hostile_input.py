@@ -672,3 +672,146 @@ def test_a_phase_from_a_damaged_checkpoint_is_one_line_and_writes_nothing(tmp_pa
     status, err = run(pretrain_argv("modernbert-base-context-extension", corpus, out, *flags), capsys)
     assert_one_error(status, err, "checkpoint-2: optimizer.pt has", "(truncated or rewritten)", "a phase starts from")
     assert not out.exists()
+
+
+# -- issue 53: flags transformers ignores (exit 0) or fails on with a traceback -------------------------------------
+
+TAKES = "it takes bias_correction, layer_adaptation, exclude_from_weight_decay, include_in_weight_decay"
+
+
+@pytest.mark.parametrize(
+    "flags, needles",
+    [
+        (["--optim_args", "foo=1"], ["--optim_args 'foo': not read by --optim adamw_torch", TAKES]),
+        (["--optim_args", "triton=maybe"], ["'triton': not read by", "triton is read by --optim stable_adamw"]),
+        (["--optim_args", "lr=abc"], ["'lr': not read by", "lr is set by --learning_rate"]),
+        (["--optim_args", "bias_corection=False"], [TAKES, "did you mean 'bias_correction'?"]),
+        (["--optim_args", "bias_correction=no"], ["--optim_args bias_correction=no: expected True or False"]),
+        (["--optim", "sgd", "--optim_args", "momentum=abc"], ["--optim_args momentum=abc: expected a finite number"]),
+        (["--optim_args", "exclude_from_weight_decay=(bias"], ["exclude_from_weight_decay=(bias: expected a regular"]),
+        (["--optim_args", "bias_correction=True,layer_adaptation=True"], ["takes bias_correction=False"]),
+        (
+            ["--lr_scheduler_kwargs", '{"decay_from_start": "no"}'],
+            ["decay_from_start must be true or false, got 'no'"],
+        ),
+        (["--lr_scheduler_kwargs", '{"min_lr_ratio": "low"}'], ["min_lr_ratio must be a number, got 'low'"]),
+        (["--lr_scheduler_kwargs", "[1, 2]"], ["--lr_scheduler_kwargs must be a JSON object", "'[1, 2]'"]),
+        (
+            ["--lr_scheduler_kwargs", '{"foo": 1}'],
+            ["'foo': not read by --lr_scheduler_type linear (it takes decay_from_start, warmup_scales_decay"],
+        ),
+        (
+            ["--lr_scheduler_type", "cosine", "--lr_scheduler_kwargs", '{"decay_from_start": true}'],
+            ["(it takes num_cycles)", "decay_from_start is read by --lr_scheduler_type linear"],
+        ),
+        (["--lr_scheduler_type", "constant", "--lr_scheduler_kwargs", '{"num_cycles": 2}'], ["(it takes none)"]),
+        (
+            ["--torch_compile_backend", "nonexistent"],
+            ["--torch_compile_backend 'nonexistent' is not a backend", "eager"],
+        ),
+        (["--torch_compile_mode", "nonsense"], ["--torch_compile_mode 'nonsense' is not a mode", "reduce-overhead"]),
+    ],
+    ids=[
+        *(f"optim_args-{case}" for case in ("unknown", "triton", "lr", "typo", "switch", "number", "regex", "lamb")),
+        *(f"lr_scheduler-{case}" for case in ("switch", "number", "list", "unknown", "another-schedule", "constant")),
+        "compile-backend",
+        "compile-mode",
+    ],
+)
+def test_flags_transformers_ignores_are_one_line(tmp_path, out, capsys, flags, needles):
+    """Before: unknown `--optim_args` keys and values were ignored (exit 0; a user's `--optim_args` replaced bert-tiny's
+    `bias_correction=False`: torch's AdamW trained), `"no"` was a true `decay_from_start`; a list or an unknown key
+    of `--lr_scheduler_kwargs`, an unknown compile backend or mode stopped with a traceback at the first step."""
+    corpus = write_corpus(tmp_path / "corpus.txt", n_docs=5)
+    status, err = run(pretrain_argv("bert-tiny", corpus, out, "--max_steps", "1", *flags), capsys)
+    assert_one_error(status, err, *needles)
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]  # refused before any work
+
+
+@pytest.mark.parametrize(
+    "optim, available, package",
+    [
+        ("adamw_bnb_8bit", "bitsandbytes", "pip install bitsandbytes"),
+        ("galore_adamw", "galore_torch", "pip install galore-torch"),
+        ("galore_adamw_8bit", "bitsandbytes", "bitsandbytes"),
+        ("schedule_free_adamw", "schedulefree", "pip install schedulefree"),
+        ("adamw_anyprecision", "torchdistx", "github.com/pytorch/torchdistx"),
+        ("adamw_torch_xla", "torch_xla", "pip install torch_xla"),
+        ("stable_adamw", "torch_optimi", "pip install torch-optimi"),
+    ],
+)
+def test_an_optimizer_whose_package_is_missing_is_one_line(
+    tmp_path, out, capsys, monkeypatch, optim, available, package
+):
+    """Before: transformers' ImportError or ValueError traceback as it built the optimizer, at the first step."""
+    import transformers
+
+    monkeypatch.setattr(transformers.utils, f"is_{available}_available", lambda *args: False)
+    corpus = write_corpus(tmp_path / "corpus.txt", n_docs=5)
+    status, err = run(pretrain_argv("bert-tiny", corpus, out, "--max_steps", "1", "--optim", optim), capsys)
+    assert_one_error(status, err, f"--optim {optim} needs", "not installed", package)
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
+@pytest.mark.parametrize(
+    "flags, needles",
+    [
+        (["--task_name", "stsb", "--label_smoothing_factor", "0.1"], ["stsb is a regression task"]),
+        (["--task_name", "all", "--label_smoothing_factor", "0.1"], ["stsb is a regression task"]),
+        (["--task_name", "sst2", "--optim_args", "bias_corection=False"], ["did you mean 'bias_correction'?"]),
+        (["--task_name", "sst2", "--lr_scheduler_kwargs", '{"warmup_scales_decay": "no"}'], ["must be true or false"]),
+    ],
+)
+def test_glue_flags_are_one_line(tmp_path, out, capsys, flags, needles):
+    """Before: label smoothing on STS-B's regression head was `gather(): Expected dtype int32/int64` (a traceback)."""
+    argv = ["--model_name_or_path", "m", "--data_dir", str(tmp_path), "--output_dir", str(out), *flags]
+    assert_one_error(cli.main(["glue", *argv]), capsys.readouterr().err, *needles)
+
+
+def test_glue_label_smoothing_on_scores_of_an_unnamed_task_is_one_line(tmp_path, out, capsys):
+    """Files without --task_name whose labels are floats are a regression task too, known once they are read."""
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps({"text": f"t {i}", "label": i / 4}) + "\n" for i in range(4)))
+    argv = ["--model_name_or_path", "m", "--train_file", str(train), "--output_dir", str(out)]
+    status = cli.main(["glue", *argv, "--label_smoothing_factor", "0.1"])
+    assert_one_error(status, capsys.readouterr().err, "custom is a regression task")
+
+
+def test_every_optimizer_of_transformers_is_in_the_table():
+    """A transformers optimizer the table lacks would take any `--optim_args` unchecked: a new one fails here."""
+    from transformers.training_args import OptimizerNames
+
+    from hf_bertology.training.flag_checks import OUR_KEYS
+    from hf_bertology.training.optim_choices import TRANSFORMERS_KEYS
+    from hf_bertology.training.optimizers import OPTIM_KEYS
+
+    assert sorted(o.value for o in OptimizerNames if o.value not in TRANSFORMERS_KEYS) == []
+    assert sorted(OUR_KEYS) == sorted(OPTIM_KEYS)
+
+
+def test_every_recipes_own_settings_pass_the_checks(tmp_path):
+    from transformers import TrainingArguments
+
+    from hf_bertology.recipes import get_recipe
+    from hf_bertology.recipes.recipe import PRESETS
+    from hf_bertology.training.arguments import training_arguments
+    from hf_bertology.training.flag_checks import check_flags
+
+    for name in PRESETS:
+        given = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[])
+        check_flags(training_arguments(given, get_recipe(name), {"use_cpu", "report_to"}))
+
+
+def test_switches_transformers_reads_as_text_are_honoured(tmp_path):
+    """transformers gives StableAdamW `bool("False")`, True: `decouple_lr=False` trained with decoupled decay."""
+    from transformers import TrainingArguments
+
+    from hf_bertology.training.optimizers import OfficialOptimizers
+
+    args = TrainingArguments(
+        output_dir=str(tmp_path), use_cpu=True, optim="stable_adamw", optim_args="decouple_lr=False,kahan_sum=False"
+    )
+    _, kwargs = OfficialOptimizers.get_optimizer_cls_and_kwargs(args)
+    assert (kwargs["decouple_lr"], kwargs["kahan_sum"]) == (False, False)
+    args.optim_args = "decouple_lr=True"
+    assert OfficialOptimizers.get_optimizer_cls_and_kwargs(args)[1]["decouple_lr"] is True

@@ -264,11 +264,33 @@ def test_the_choice_stays_a_flag_away(tmp_path):
         recipe_trainer(
             tmp_path, "albert-base", optim="adafactor", optim_args="layer_adaptation=True"
         ).create_optimizer()
-    with pytest.raises(BertologyError, match="takes bias_correction=False"):
-        recipe_trainer(tmp_path, "albert-base", optim_args="layer_adaptation=True").create_optimizer()
+    with pytest.raises(BertologyError, match="takes bias_correction=False"):  # over the recipe's False
+        recipe_trainer(tmp_path, "albert-base", optim_args="bias_correction=True").create_optimizer()
     trainer = recipe_trainer(tmp_path, "electra-base", lr_scheduler_kwargs={"warmup_scales_decay": True, "x": 1})
     with pytest.raises(BertologyError, match="apply to --lr_scheduler_type linear"):
         trainer.create_scheduler(10, trainer.create_optimizer())
+
+
+def test_a_users_settings_go_over_the_recipes_key_by_key(tmp_path):
+    """Issue 53: `--optim_args` or `--lr_scheduler_kwargs` replaced the recipe's whole, so that any key (even a
+    misspelt one) swapped bert's AdamWeightDecay for torch's AdamW and dropped ELECTRA's schedule; now a user's keys
+    go over the recipe's, and the official optimizer stays unless its own key is given."""
+    bert = recipe_trainer(tmp_path, "bert-base", optim_args="exclude_from_weight_decay=none")
+    assert bert.args.optim_args == "bias_correction=False,exclude_from_weight_decay=none"
+    assert type(bert.create_optimizer()) is AdamWNoBiasCorrection
+    assert set(decay_of(bert).values()) == {0.01}  # every parameter decays
+    assert (
+        type(recipe_trainer(tmp_path, "albert-base", optim_args="exclude_from_weight_decay=none").create_optimizer())
+        is Lamb
+    )
+    electra = recipe_trainer(tmp_path, "electra-base", lr_scheduler_kwargs={"min_lr_ratio": 0.1})
+    assert electra.args.lr_scheduler_kwargs == {
+        "decay_from_start": True,
+        "warmup_scales_decay": True,
+        "min_lr_ratio": 0.1,
+    }
+    off = recipe_trainer(tmp_path, "electra-base", lr_scheduler_kwargs={"warmup_scales_decay": False})
+    assert off.args.lr_scheduler_kwargs == {"decay_from_start": True, "warmup_scales_decay": False}
 
 
 # -- ELECTRA's layer-wise GLUE fine-tuning ---------------------------------------------------------------------------

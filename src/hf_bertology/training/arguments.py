@@ -25,6 +25,7 @@ from ..utils import (
 )
 from .attention import PACKED_IMPLEMENTATIONS
 from .input_checks import MIN_SEQ_LENGTH, check_counts, check_range, check_training_arguments
+from .optimizers import parse_optim_args
 
 
 @dataclass
@@ -347,12 +348,25 @@ def recipe_training(recipe: Recipe, explicit: set[str]) -> dict:
     return {key: value for key, value in recipe.training_defaults.items() if key not in dropped}
 
 
+def merge_recipe_settings(training_args: TrainingArguments, defaults: dict, explicit: set[str]) -> None:
+    """A user's `--optim_args` and `--lr_scheduler_kwargs` go over the recipe's key by key, where the recipe's
+    choice stands (`recipe_training`): `--optim_args exclude_from_weight_decay=none` on bert-tiny keeps its
+    `bias_correction=False` (replaced whole, any other key swapped the official optimizer for torch's AdamW)."""
+    if "optim_args" in explicit and defaults.get("optim_args"):
+        merged = {**parse_optim_args(defaults["optim_args"]), **parse_optim_args(training_args.optim_args)}
+        training_args.optim_args = ",".join(f"{key}={value}" for key, value in merged.items())
+    recipe_kwargs, kwargs = defaults.get("lr_scheduler_kwargs"), training_args.lr_scheduler_kwargs
+    if "lr_scheduler_kwargs" in explicit and isinstance(recipe_kwargs, dict) and isinstance(kwargs, dict):
+        training_args.lr_scheduler_kwargs = {**recipe_kwargs, **kwargs}  # not a list: refused by flag_checks
+
+
 def training_arguments(
     training_args: TrainingArguments, recipe: Recipe, explicit: set[str], streaming: bool = False
 ) -> TrainingArguments:
     """The run's TrainingArguments: the user's values, then the recipe's and our pretraining defaults (and, under a
-    launcher on CPUs, one gloo job), with warmup fitted to short runs; stops if a launcher's ranks would not form
-    one job. `streaming`: the corpus is streamed (`--streaming`)."""
+    launcher on CPUs, one gloo job; the user's `--optim_args`/`--lr_scheduler_kwargs` over the recipe's, key by key),
+    with warmup fitted to short runs; stops if a launcher's ranks would not form one job. `streaming`: the corpus is
+    streamed (`--streaming`)."""
     defaults = {
         **PRETRAIN_DEFAULTS,
         **device_defaults(explicit, streaming),
@@ -364,6 +378,8 @@ def training_arguments(
         # decoupled decay (ModernBERT) divide by the peak and refuse 0: the same no-op, constant and without decay
         defaults.update(lr_scheduler_type="constant", lr_scheduler_kwargs={}, weight_decay=0.0)
         explicit = explicit - {"lr_scheduler_type", "lr_scheduler_kwargs", "weight_decay"}
-    training_args = keep_token_out_of_files(fit_warmup(apply_defaults(training_args, defaults, explicit)))
+    training_args = apply_defaults(training_args, defaults, explicit)
+    merge_recipe_settings(training_args, defaults, explicit)
+    training_args = keep_token_out_of_files(fit_warmup(training_args))
     check_world_size(training_args)
     return training_args

@@ -4,7 +4,8 @@ torch, transformers and datasets refuse many bad values only deep inside a run, 
 is not a multiple of the head count fails in the attention's `__init__`, a negative learning rate in the optimizer,
 `--gradient_accumulation_steps 0` divides by zero), and accept others silently: a model with 0 layers trains,
 `--num_train_epochs 0` writes an untrained model, `--save_total_limit 0` keeps every checkpoint. The ranges and
-the reason for each are listed in docs/bad_input.md.
+the reason for each are listed in docs/bad_input.md. The free-form and named-choice flags are checked with them
+(`flag_checks`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import math
 from collections.abc import Iterable
 
 from ..utils import BertologyError
+from .flag_checks import check_flags
 
 MIN_SEQ_LENGTH = 8  # shorter, and every recipe's prediction cap or segment pair runs out of room
 SEED_LIMIT = 2**32  # numpy's `seed` takes [0, 2**32): transformers' `set_seed` seeds numpy too
@@ -78,6 +80,7 @@ def check_training_arguments(args) -> None:
     for kind in ("logging", "save", "eval"):  # read only under the "steps" strategy
         if str(getattr(args, f"{kind}_strategy", "")).lower().endswith("steps"):
             check_range(f"--{kind}_steps", getattr(args, f"{kind}_steps"), 0, low_open=True)
+    check_flags(args)  # --optim and its --optim_args, --lr_scheduler_kwargs, the compile backend and mode
 
 
 # config keys by what they count; a config has the names of its family (XLNet: n_layer, d_model, n_head, d_inner)

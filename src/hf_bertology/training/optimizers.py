@@ -21,6 +21,7 @@ import torch
 from torch.optim.lr_scheduler import LambdaLR
 
 from ..utils import BertologyError
+from .optim_choices import read_as_text
 
 ADAM_NAMES = ("adamw_torch", "adamw_torch_fused")  # the `optim` values our `optim_args` keys apply to
 OPTIM_KEYS = ("bias_correction", "layer_adaptation", "exclude_from_weight_decay", "include_in_weight_decay")
@@ -227,7 +228,9 @@ class OfficialOptimizers:
 
         optimizer_cls = official_optimizer(args)
         if optimizer_cls is None:
-            return Trainer.get_optimizer_cls_and_kwargs(args, model)
+            optimizer_cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(args, model)
+            optim = getattr(args.optim, "value", args.optim)  # keys transformers passes as text, with their types
+            return optimizer_cls, {**kwargs, **read_as_text(optim, parse_optim_args(args.optim_args))}
         kwargs = {"lr": args.learning_rate, "betas": (args.adam_beta1, args.adam_beta2), "eps": args.adam_epsilon}
         return optimizer_cls, kwargs
 

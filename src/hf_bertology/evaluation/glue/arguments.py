@@ -11,8 +11,8 @@ from typing import Any
 
 from ...hub.push import keep_token_out_of_files
 from ...training.input_checks import check_counts, check_range, check_training_arguments
-from ...utils import accelerator_defaults, argument_parser, parse_arguments
-from .tasks import GLUE_TASKS
+from ...utils import BertologyError, accelerator_defaults, argument_parser, parse_arguments
+from .tasks import GLUE_TASKS, GlueTask, get_task, task_names
 
 GLUE_DEFAULTS: dict[str, Any] = {
     # BERT's run_classifier.py / paper §4.1 and SpanBERT's README: lr 2e-5, batch 32, 3 epochs, max_len 128,
@@ -130,3 +130,15 @@ def check_arguments(model_args: ModelArguments, data_args: DataTrainingArguments
     check_range("--max_seq_length", data_args.max_seq_length, 4, hint=" ([CLS], [SEP] and a token of each sentence)")
     check_range("--preprocessing_num_workers", data_args.preprocessing_num_workers, 0)
     check_range("--layerwise_lr_decay", model_args.layerwise_lr_decay, 0, 1, hint=" (0 trains the head only)")
+    for name in task_names(data_args.task_name) or ():
+        check_task_arguments(get_task(name), training_args)
+
+
+def check_task_arguments(task: GlueTask, training_args) -> None:
+    """What a task's head refuses: label smoothing on a regression task (transformers' `LabelSmoother` would gather
+    the float score as a class index: a traceback at the first step)."""
+    if task.is_regression and training_args.label_smoothing_factor > 0:
+        raise BertologyError(
+            f"--label_smoothing_factor {training_args.label_smoothing_factor} smooths class labels, and {task.name} "
+            "is a regression task (a score): fine-tune it without"
+        )

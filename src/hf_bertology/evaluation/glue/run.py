@@ -21,7 +21,7 @@ from ...training.checkpoints import apply_umask
 from ...training.layerwise_lr import electra_schedule, layerwise_lr_optimizer
 from ...training.optimizers import OfficialOptimizers
 from ...utils import BertologyError, logger, refuse_same_folder, set_verbosity
-from .arguments import DataTrainingArguments, ModelArguments, parse_args
+from .arguments import DataTrainingArguments, ModelArguments, check_task_arguments, parse_args
 from .readers import infer_task_from_columns, load_glue_files, load_glue_folder, load_glue_hub
 from .results import glue_table
 from .submission import predict_submissions
@@ -122,6 +122,7 @@ def run_task(model_args: ModelArguments, data_args: DataTrainingArguments, train
     raw = _load_raw(task, data_args, model_args.cache_dir)
     if task is None:  # CSV/JSON files of a task we do not know: take its shape from the files
         task = infer_task_from_columns(raw)
+        check_task_arguments(task, training_args)
     needed = {"do_train": ["train"], "do_eval": list(task.eval_splits) or ["validation"]}
     needed["do_predict"] = list(task.test_splits) or ["test"]
     for flag, splits in needed.items():
