@@ -46,7 +46,7 @@ test-gpu: $(STAMP)
 # The dependency range's two ends, each in a clean venv of its own (no system site-packages), on COMPAT_TESTS:
 # `make test-lowest` installs pyproject.toml's lower bounds (.ci/lowest.txt as pip constraints; torch 2.5.0 is a
 # CUDA wheel, ~3 GB with its nvidia libraries), `make test-newest` the newest releases pip picks (a fresh venv each
-# time; NEWEST_TORCH_SPEC). Not in CI: ~10 min each on 2 cores, plus the downloads. docs/testing.md.
+# time; NEWEST_TORCH_SPEC). Not in CI: ~13 min each from scratch on 2 cores (install ~7). docs/testing.md.
 LOWEST_VENV ?= .venv-lowest
 NEWEST_VENV ?= .venv-newest
 NEWEST_TORCH_SPEC ?= torch
