@@ -21,7 +21,7 @@ TASK ?= sst2
 DATA_DIR ?= ../shared/data/glue/SST-2
 GLUE_OUTPUT_DIR ?= runs/glue-$(TASK)
 
-.PHONY: install test test-slow test-gpu mutants pretrain glue bench style quality clean
+.PHONY: install test test-slow test-gpu test-lowest test-newest mutants pretrain glue bench style quality clean
 
 $(PY):
 	$(PYTHON) -m venv --system-site-packages $(VENV)
@@ -42,6 +42,37 @@ test-slow: $(STAMP)
 
 test-gpu: $(STAMP)
 	$(PY) -m pytest -q -m cuda tests
+
+# The dependency range's two ends, each in a clean venv of its own (no system site-packages), on COMPAT_TESTS:
+# `make test-lowest` installs pyproject.toml's lower bounds (.ci/lowest.txt as pip constraints; torch 2.5.0 is a
+# CUDA wheel, ~3 GB with its nvidia libraries), `make test-newest` the newest releases pip picks (a fresh venv each
+# time; NEWEST_TORCH_SPEC). Not in CI: ~13 min each from scratch on 2 cores (install ~7). docs/testing.md.
+LOWEST_VENV ?= .venv-lowest
+NEWEST_VENV ?= .venv-newest
+NEWEST_TORCH_SPEC ?= torch
+COMPAT_TESTS ?= tests/test_pretrain.py::test_pretrain_smoke tests/test_pretrain.py::test_resume_and_json_arguments \
+	tests/test_training.py::test_every_family_accumulates_to_one_big_batch_through_the_trainer \
+	tests/test_xlnet.py::test_pretrain_smoke_and_plain_loading tests/test_fixed_shape.py::test_pretrain_with_fixed_shape_batches \
+	tests/test_modernbert_recipe.py::test_batch_warmup_through_pretrain_resumes_the_same_schedule tests/test_clients.py
+
+$(LOWEST_VENV)/.installed: .ci/lowest.txt pyproject.toml
+	rm -rf $(LOWEST_VENV)
+	$(PYTHON) -m venv $(LOWEST_VENV)
+	$(LOWEST_VENV)/bin/python -m pip install -c .ci/lowest.txt torch
+	$(LOWEST_VENV)/bin/python -m pip install -c .ci/lowest.txt -e ".[dev]"
+	@touch $@
+
+test-lowest: $(LOWEST_VENV)/.installed
+	@$(LOWEST_VENV)/bin/python -m pip list 2>/dev/null | grep -i -E '^(torch|transformers|accelerate|datasets|tokenizers|huggingface.hub|safetensors) '
+	$(LOWEST_VENV)/bin/python -m pytest -q $(COMPAT_TESTS)
+
+test-newest:
+	rm -rf $(NEWEST_VENV)
+	$(PYTHON) -m venv $(NEWEST_VENV)
+	$(NEWEST_VENV)/bin/python -m pip install "$(NEWEST_TORCH_SPEC)"
+	$(NEWEST_VENV)/bin/python -m pip install -e ".[dev]"
+	@$(NEWEST_VENV)/bin/python -m pip list 2>/dev/null | grep -i -E '^(torch|transformers|accelerate|datasets|tokenizers|huggingface.hub|safetensors) '
+	$(NEWEST_VENV)/bin/python -m pytest -q $(COMPAT_TESTS)
 
 # One-line mutations of the core (mutants/mutants.yaml), each run against the fast tests that must catch it;
 # ~8 min on 2 idle cores, so outside `make test`. Writes mutants/last_result.md.
@@ -70,4 +101,4 @@ quality: $(STAMP)
 	$(PY) -m ruff check src tests examples benchmarks
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache .ruff_cache src/*.egg-info
+	rm -rf $(VENV) $(LOWEST_VENV) $(NEWEST_VENV) build dist .pytest_cache .ruff_cache src/*.egg-info
