@@ -113,17 +113,19 @@ def tiny_pretrain_flags(words: list[str], corpus, output_dir) -> list[str]:
 
 
 def check_one_job(done: subprocess.CompletedProcess, tmp_path, corpus, output_dir) -> None:
-    """Two ranks of per-device batch B are one job: tokens seen equal one process's with batch 2B (same seed, so
-    the same order of examples), and one process wrote the folder. Independent ranks would each see half of that,
-    and both would write."""
+    """Two ranks are one job holding the recipe's global batch B: B/2 per device, said in one line; tokens seen
+    equal one process's with batch B (same seed, so the same order of examples), and one process wrote the folder.
+    Independent ranks would each say one process, and both would write."""
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-6000:])
     assert (output_dir / "model.safetensors").is_file()
     assert done.stderr.count(f"wrote {output_dir}") == 1, done.stderr[-6000:]
+    batch = hb.get_recipe("bert-tiny").training_defaults["global_batch_size"]
+    line = f"global batch {batch} = {batch // 2} per device x 2 processes x 1 accumulation step"
+    assert done.stderr.count(line) == 1, done.stderr[-6000:]
     job = json.loads((output_dir / "all_results.json").read_text())
-    batch = hb.get_recipe("bert-tiny").training_defaults["per_device_train_batch_size"]
     single = tmp_path / "single"
     argv = ["--recipe", "bert-tiny", "--train_file", str(corpus), "--output_dir", str(single),
-            "--tokenizer_name", str(output_dir), "--per_device_train_batch_size", str(2 * batch)]  # fmt: skip
+            "--tokenizer_name", str(output_dir)]  # fmt: skip
     reference = pretrain.main(argv)
     assert job["epoch"] < 1  # no epoch boundary, where the ranks' last batches would differ
     assert job["tokens_seen"] == reference["tokens_seen"], (job, reference)
