@@ -127,3 +127,30 @@ def test_the_probe_halves_on_out_of_memory_to_a_divisor():
     assert largest_micro_batch(fake(64, tried), 256, start=32) == 32 and tried == [32]
     with pytest.raises(BertologyError, match="one example of the recipe's length does not fit"):
         largest_micro_batch(fake(0, []), 8)
+
+
+def test_the_probe_step_trains_nothing_and_draws_nothing(tmp_path):
+    """The probe's step on a real model (here on the CPU, where no run probes): one forward and backward of the
+    recipe's examples, then no gradient kept, the RNG as it was, and the split set to hold the batch."""
+    from transformers import TrainingArguments
+
+    import hf_bertology as hb
+    from hf_bertology.data import build_pretraining_dataset, load_corpus, tokenize_corpus
+    from hf_bertology.training.global_batch import probe_micro_batch
+
+    corpus = write_corpus(tmp_path / "corpus.txt", n_docs=20)
+    recipe = hb.get_recipe("bert-tiny")
+    tokenizer = recipe.train_tokenizer([corpus.read_text()], vocab_size=300)
+    recipe.adapt_to_tokenizer(tokenizer)
+    dataset = build_pretraining_dataset(
+        tokenize_corpus(load_corpus(str(corpus)), tokenizer), tokenizer, recipe.config, recipe.max_seq_length, seed=0
+    )
+    model = recipe.build_model()
+    args = TrainingArguments(
+        str(tmp_path / "out"), use_cpu=True, per_device_train_batch_size=2, gradient_accumulation_steps=4
+    )
+    state = torch.get_rng_state()
+    plan = probe_micro_batch(model, recipe.build_collator(tokenizer, seed=0), dataset, args)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert all(p.grad is None for p in model.parameters())
+    assert (plan.micro, args.per_device_train_batch_size, args.gradient_accumulation_steps) == (8, 8, 1)

@@ -11,10 +11,13 @@ import gc
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
+from ..recipes.base import Variant
 from ..utils import BertologyError, logger
+from .checkpoints import read_marker
 from .input_checks import check_counts, check_range
 
 BATCH_FLAGS = ("per_device_train_batch_size", "gradient_accumulation_steps", "global_batch_size")
@@ -140,8 +143,8 @@ def largest_micro_batch(step: Callable[[int], None], per_process: int, start: in
             step(size)
             return size
         except torch.cuda.OutOfMemoryError:
-            gc.collect()
-            if torch.cuda.is_available():
+            if torch.cuda.is_available():  # the failed step's tensors, held by its traceback until collected
+                gc.collect()
                 torch.cuda.empty_cache()
             smaller = [d for d in fitting if d <= size // 2]
             if not smaller:
@@ -189,7 +192,11 @@ def probe_micro_batch(model, collator, dataset, args) -> BatchPlan:
     the global batch; says the run's line."""
     per_process = args.per_device_train_batch_size * args.gradient_accumulation_steps
     model.to(args.device).train()
+    # the optimizer's state is not there yet: hold as much as Adam's two fp32 moments while probing
+    moments = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    reserved = torch.empty(2 * moments, dtype=torch.float32, device=args.device)
     micro = largest_micro_batch(probe_step(model, collator, dataset, args), per_process)
+    del reserved
     torch.cuda.empty_cache()
     if args.world_size > 1 and torch.distributed.is_initialized():
         smallest = torch.tensor(micro, device=args.device)
@@ -200,3 +207,52 @@ def probe_micro_batch(model, collator, dataset, args) -> BatchPlan:
     if args.process_index == 0:
         logger.info("%s", plan.line())
     return plan
+
+
+def saved_global_batch(checkpoint: str | Path, world_size: int) -> int | None:
+    """The global batch a checkpoint's run had, from its `training_args.bin` (ours record `global_batch_size`; an
+    older one's is its per-device batch x processes x accumulation), or None where it cannot be read."""
+    try:  # our own checkpoint's pickled arguments, as the Trainer wrote them
+        saved = torch.load(Path(checkpoint) / "training_args.bin", weights_only=False)
+    except Exception:
+        return None
+    recorded = getattr(saved, "global_batch_size", None)
+    return recorded or saved.per_device_train_batch_size * world_size * saved.gradient_accumulation_steps
+
+
+def check_process_count(checkpoint: str | Path, args, recipe, data_args) -> None:
+    """A checkpoint saved by another number of processes resumes where the run holds its global batch: step s then
+    trains the s-th global batch of the same seeded order whatever the split (accelerate gives process i the
+    micro-batches i, i+N, ... of one sequence; the Trainer skips s x accumulation of them on each), with masks and
+    sampling keyed by example. One line refuses it where the examples, or state carried between steps, would
+    differ (docs/reliability.md, "Limits"), naming the count to resume with."""
+    saved_world = (read_marker(checkpoint) or {}).get("world_size")
+    if saved_world is None or saved_world == args.world_size:
+        return
+    batch = args.per_device_train_batch_size * args.world_size * args.gradient_accumulation_steps
+    saved = saved_global_batch(checkpoint, saved_world)
+    warmup = data_args.batch_size_warmup_tokens
+    warmup = (recipe.batch_size_warmup or (0, None))[0] if warmup is None else warmup
+    reasons = [
+        (saved is None, "its training_args.bin, which holds its global batch, cannot be read"),
+        (saved is not None and saved != batch, f"its global batch was {saved} and this run's is {batch} (pass "
+         f"--global_batch_size {saved})"),
+        (data_args.streaming, "a stream is shared out by process (each reads its own shards or batches, its "
+         "examples' ids interleave the ranks), so another count reads other examples"),
+        (recipe.variant.trainer_class != Variant.trainer_class, "its Trainer carries state from step to step on "
+         "each process (XLNet's memory), which another split cannot continue"),
+        (bool(warmup), "the batch-size warmup sizes its steps per process"),
+        (bool(data_args.fixed_shape_batches), "fixed-shape steps fill each process's own token budget"),
+    ]  # fmt: skip
+    refused = [reason for failed, reason in reasons if failed]
+    if refused:
+        raise BertologyError(
+            f"{checkpoint} was saved by a run of {_plural(saved_world, 'process')} and this run has "
+            f"{args.world_size}: {'; '.join(refused)}. Resume it with {saved_world} (torchrun --nproc_per_node "
+            f"{saved_world}), or start a new run from its weights (--model_name_or_path {checkpoint})"
+        )
+    logger.warning(
+        "resuming %s, saved by %s, on %s: the global batch %d is held (%s)",
+        checkpoint, _plural(saved_world, "process"), _plural(args.world_size, "process"), batch,
+        BatchPlan(args.per_device_train_batch_size, args.world_size, args.gradient_accumulation_steps).line(),
+    )  # fmt: skip

@@ -32,7 +32,7 @@ from .batch_warmup import use_batch_size_warmup
 from .batches import configure_batches
 from .checkpoints import run_lock
 from .corpora import build_datasets, load_corpora
-from .global_batch import probe_micro_batch, will_probe
+from .global_batch import check_process_count, probe_micro_batch, will_probe
 from .low_precision import use_low_precision_layernorm
 from .outputs import write_outputs
 from .phases import continue_phase
@@ -73,12 +73,12 @@ def run_pretraining(
     fast_path(recipe, model_args, data_args, training_args, explicit)
     callbacks = [*(callbacks or []), *stream_per_process(training_args, data_args.streaming, explicit)]
     with run_lock(training_args.output_dir, training_args.process_index == 0):  # one run per folder
-        resume_from = resolve_resume(
-            training_args.resume_from_checkpoint, training_args.output_dir, training_args.world_size
-        )
+        # another process count is judged by what it would change (`check_process_count`), not refused outright
+        resume_from = resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
         check_output_dir(data_args, training_args, resume_from)
         if resume_from is not None:
             check_resume(resume_from, recipe)
+            check_process_count(resume_from, training_args, recipe, data_args)
             if (finished := already_finished(resume_from, training_args)) is not None:
                 return finished
         set_seed(training_args.seed)
