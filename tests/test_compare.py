@@ -269,7 +269,8 @@ def test_compare_resumes_an_interrupted_pretraining_where_it_stopped(compare_inp
             "--recipes", "roberta-tiny", "--train_file", str(corpus), "--budget_flops", budget, "--glue_tasks", "",
             "--baseline", "none", "--output_dir", str(out), "--vocab_size", "300", "--logging_steps", "1",
             "--checkpoint_steps", "2",
-            "--pretrain_args", f"--per_device_train_batch_size 4 --tokenizer_name {tokenizer_dir}",
+            "--pretrain_args",  # one micro-batch a step: more than 5 steps in the budget
+            f"--per_device_train_batch_size 4 --gradient_accumulation_steps 1 --tokenizer_name {tokenizer_dir}",
         ]  # fmt: skip
 
     reference = compare.main(argv(tmp_path / "ref"))["models"]["roberta-tiny"]["pretrain"]

@@ -123,8 +123,8 @@ def microsoft_deberta(tmp_path, tokenizer) -> tuple[Path, Path]:
 
 def continue_run(tmp_path, corpus_file, recipe: str, *flags: str) -> int:
     argv = ["pretrain", "--recipe", recipe, "--train_file", str(corpus_file), "--output_dir", str(tmp_path / "run"),
-            "--max_steps", "1", "--learning_rate", "0", "--per_device_train_batch_size", "4", "--max_seq_length", "64",
-            "--report_to", "none", "--use_cpu", "true", "--dataloader_num_workers", "0", "--seed", "0", *flags]  # fmt: skip
+            "--max_steps", "1", "--learning_rate", "0", "--per_device_train_batch_size", "4", "--global_batch_size", "4",
+            "--max_seq_length", "64", "--report_to", "none", "--use_cpu", "true", "--dataloader_num_workers", "0", "--seed", "0", *flags]  # fmt: skip
     return cli.main(argv)
 
 

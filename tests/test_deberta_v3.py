@@ -84,7 +84,7 @@ def test_presets_follow_the_official_rtd_configs():
     assert (config.discriminator_weight, config.mask_replace_prob, config.max_predictions_per_seq) == (10.0, 1.0, 80)
     assert config.mask_positions == "window"
     training = hb.get_recipe("deberta-v3-base").training_defaults
-    assert (training["learning_rate"], training["warmup_steps"], training["per_device_train_batch_size"]) == (
+    assert (training["learning_rate"], training["warmup_steps"], training["global_batch_size"]) == (
         1e-4,
         10_000,
         256,

@@ -256,6 +256,8 @@ def test_pretrain_computes_accuracies_at_logged_steps_only(tmp_path, corpus_file
         "4",
         "--per_device_train_batch_size",
         "4",
+        "--gradient_accumulation_steps",  # one forward a step
+        "1",
         "--logging_steps",
         "2",
         "--disable_tqdm",

@@ -259,6 +259,7 @@ def test_pretrain_with_fixed_shape_batches(tmp_path, corpus_file):
 
     argv = ["--recipe", "electra-tiny", "--train_file", str(corpus_file), "--output_dir", str(tmp_path / "run")]
     flags = ["--vocab_size", "300", "--num_train_epochs", "2", "--per_device_train_batch_size", "16"]
+    flags += ["--global_batch_size", "16"]  # one micro-batch a step, the preset's 8 doubled
     metrics = main([*argv, *flags, "--disable_tqdm", "true", "--fixed_shape_batches", "true"], callbacks=[Shapes()])
     assert len(seen["shapes"]) == 1 and seen["steps"] >= 2, seen
     (epoch0, order0), (epoch1, order1) = seen["orders"]

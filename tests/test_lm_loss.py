@@ -36,6 +36,7 @@ def test_pretrain_smooths_the_language_model_loss(recipe, tmp_path, corpus_file)
 
     argv = ["--recipe", recipe, "--train_file", str(corpus_file), "--output_dir", str(tmp_path / "run")]
     flags = ["--vocab_size", "300", "--max_steps", "2", "--per_device_train_batch_size", "4", "--disable_tqdm", "true"]
+    flags += ["--gradient_accumulation_steps", "1"]  # the step's count is this micro-batch's: one a step
     handle = register_module_forward_hook(record, with_kwargs=True)
     try:
         main([*argv, *flags, "--label_smoothing_factor", "0.1", "--save_strategy", "no", "--report_to", "none"])

@@ -240,7 +240,7 @@ def test_later_phases_are_recipes(name, batch, lr, wd, steps, schedule):
     assert (rope["full_attention"]["rope_theta"], rope["sliding_attention"]["rope_theta"]) == (160_000.0, 10_000.0)
     assert recipe.max_seq_length == 8192
     t = recipe.training_defaults
-    assert (t["per_device_train_batch_size"], t["learning_rate"], t["weight_decay"]) == (batch, lr, wd)
+    assert (t["global_batch_size"], t["learning_rate"], t["weight_decay"]) == (batch, lr, wd)
     assert (t["max_steps"], t["lr_scheduler_type"], t["warmup_steps"]) == (steps, schedule, 0)
     if schedule == "warmup_stable_decay":  # one_minus_sqrt over the whole phase to alpha_f 0.001
         assert t["lr_scheduler_kwargs"] == {"num_decay_steps": steps, "decay_type": "1-sqrt", "min_lr_ratio": 1e-3}
@@ -249,8 +249,10 @@ def test_later_phases_are_recipes(name, batch, lr, wd, steps, schedule):
 def test_phase_one_schedule_batch_and_warmup():
     """pretrain.yaml:98-117 (base: 4608 × 1024, 3B-token warmup, lr 8e-4; large: 4928, 2B, 5e-4), constant after."""
     base, large = (hb.get_recipe(f"modernbert-{size}").training_defaults for size in ("base", "large"))
-    assert (base["per_device_train_batch_size"], base["learning_rate"]) == (4608, 8e-4)
-    assert (large["per_device_train_batch_size"], large["learning_rate"]) == (4928, 5e-4)
+    assert (base["global_batch_size"], base["learning_rate"]) == (4608, 8e-4)
+    assert (large["global_batch_size"], large["learning_rate"]) == (4928, 5e-4)
+    # micro-batches of device_train_microbatch_size (yaml l.77-78), also the warmup's first size
+    assert (base["per_device_train_batch_size"], large["per_device_train_batch_size"]) == (96, 56)
     assert base["warmup_steps"] == round(3e9 / (4608 * 1024)) and large["warmup_steps"] == round(2e9 / (4928 * 1024))
     assert base["max_steps"] == round(1.719e12 / (4608 * 1024))
     assert base["lr_scheduler_type"] == large["lr_scheduler_type"] == "constant_with_warmup"

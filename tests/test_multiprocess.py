@@ -8,6 +8,8 @@ writes the folder. Launchers run as `sys.executable -m ...`, so no test depends 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import shlex
 import socket
@@ -19,7 +21,7 @@ import pytest
 import hf_bertology as hb
 from hf_bertology.training import pretrain
 from hf_bertology.training.arguments import has_accelerator, launcher_defaults
-from platform_support import PYTHON, REPO, subprocess_env, tiny_recipes, write_corpus
+from platform_support import PYTHON, REPO, no_dropout, subprocess_env, tiny_recipes, write_corpus
 
 TOLERANCE = 1e-5
 
@@ -113,17 +115,19 @@ def tiny_pretrain_flags(words: list[str], corpus, output_dir) -> list[str]:
 
 
 def check_one_job(done: subprocess.CompletedProcess, tmp_path, corpus, output_dir) -> None:
-    """Two ranks of per-device batch B are one job: tokens seen equal one process's with batch 2B (same seed, so
-    the same order of examples), and one process wrote the folder. Independent ranks would each see half of that,
-    and both would write."""
+    """Two ranks are one job holding the recipe's global batch B: B/2 per device, said in one line; tokens seen
+    equal one process's with batch B (same seed, so the same order of examples), and one process wrote the folder.
+    Independent ranks would each say one process, and both would write."""
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-6000:])
     assert (output_dir / "model.safetensors").is_file()
     assert done.stderr.count(f"wrote {output_dir}") == 1, done.stderr[-6000:]
+    batch = hb.get_recipe("bert-tiny").training_defaults["global_batch_size"]
+    line = f"global batch {batch} = {batch // 2} per device x 2 processes x 1 accumulation step"
+    assert done.stderr.count(line) == 1, done.stderr[-6000:]
     job = json.loads((output_dir / "all_results.json").read_text())
-    batch = hb.get_recipe("bert-tiny").training_defaults["per_device_train_batch_size"]
     single = tmp_path / "single"
     argv = ["--recipe", "bert-tiny", "--train_file", str(corpus), "--output_dir", str(single),
-            "--tokenizer_name", str(output_dir), "--per_device_train_batch_size", str(2 * batch)]  # fmt: skip
+            "--tokenizer_name", str(output_dir)]  # fmt: skip
     reference = pretrain.main(argv)
     assert job["epoch"] < 1  # no epoch boundary, where the ranks' last batches would differ
     assert job["tokens_seen"] == reference["tokens_seen"], (job, reference)
@@ -236,3 +240,166 @@ def test_the_deepspeed_example_runs(tmp_path):
     flags = ["--deepspeed", str(REPO / "examples" / "deepspeed_zero2.json"), "--save_steps", "2"]
     _, output_dir = run_example(launcher, tmp_path, *flags)
     assert (output_dir / "checkpoint-2" / "global_step2").is_dir()  # DeepSpeed's own sharded optimizer state
+
+
+HELD_RECIPES = ["bert-tiny", "electra-tiny", "modernbert-tiny"]
+
+
+def held_runs(tmp_path, processes: int, corpus, tokenizers: dict) -> dict[str, Path]:
+    """3 steps of each of HELD_RECIPES on `processes` processes (one launch for all), micro-batches of 2 holding
+    the recipe's global batch 8 (accumulation 4, 2, 1 on 1, 2, 4 processes), dropout off (it draws per row and
+    process); returns each run's folder."""
+    folders = {recipe: tmp_path / f"{recipe}-{processes}" for recipe in HELD_RECIPES}
+    runs = []
+    for recipe, folder in folders.items():
+        overrides = ",".join(f"{key}=0.0" for key in no_dropout(recipe))
+        runs.append(["--recipe", recipe, "--train_file", str(corpus), "--output_dir", str(folder),
+                     "--tokenizer_name", str(tokenizers[recipe]), "--config_overrides", overrides,
+                     "--per_device_train_batch_size", "2", "--max_steps", "3", "--logging_steps", "1",
+                     "--save_strategy", "no", "--seed", "0", "--report_to", "none", "--disable_tqdm", "true",
+                     "--use_cpu", "true", "--dataloader_num_workers", "0"])  # fmt: skip
+    accumulation = 4 // processes
+    line = f"global batch 8 = 2 per device x {processes} process{'es' * (processes > 1)} x {accumulation}"
+    if processes == 1:  # in this process: a launch costs seconds
+        from hf_bertology import cli
+
+        with contextlib.redirect_stderr(io.StringIO()) as err:
+            assert [cli.main(["pretrain", *argv]) for argv in runs] == [0] * len(runs)
+        assert err.getvalue().count(line) == len(runs), err.getvalue()[-6000:]
+        return folders
+    spec = tmp_path / f"spec-{processes}.json"
+    spec.write_text(json.dumps({"runs": runs, "result": str(tmp_path / f"result-{processes}.json")}))
+    launcher = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
+    done = subprocess.run(
+        [*launcher, str(REPO / "tests" / "runs_worker.py"), str(spec)],
+        env=subprocess_env(MASTER_ADDR="127.0.0.1"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-6000:])
+    assert json.loads((tmp_path / f"result-{processes}.json").read_text()) == [0] * len(runs)
+    assert done.stderr.count(line) == len(runs), done.stderr[-6000:]
+    return folders
+
+
+def test_the_global_batch_is_held_on_one_two_and_four_processes(tmp_path):
+    """Issue 51: the same recipe on 1, 2 or 4 processes (gloo) trains the same 3 steps, the global batch held by
+    the accumulation: the logged losses and the weights agree to 1e-5 (masks and ELECTRA's sampling are keyed by
+    example, losses normalised by counts over processes and micro-batches)."""
+    from safetensors.torch import load_file
+
+    corpus = write_corpus(tmp_path / "corpus.txt", n_docs=60)
+    tokenizers = {}
+    for recipe in HELD_RECIPES:
+        tokenizers[recipe] = tmp_path / f"tok-{recipe}"
+        hb.get_recipe(recipe).train_tokenizer([corpus.read_text()], vocab_size=300).save_pretrained(tokenizers[recipe])
+    runs = {processes: held_runs(tmp_path, processes, corpus, tokenizers) for processes in (1, 2, 4)}
+    for recipe in HELD_RECIPES:
+        folder = runs[1][recipe]
+        reference = load_file(folder / "model.safetensors")
+        logs = json.loads((folder / "all_results.json").read_text())
+        for processes in (2, 4):
+            other = runs[processes][recipe]
+            weights = load_file(other / "model.safetensors")
+            assert weights.keys() == reference.keys()
+            worst = max((weights[name] - reference[name]).abs().max().item() for name in reference)
+            assert worst <= TOLERANCE, (recipe, processes, worst)
+            results = json.loads((other / "all_results.json").read_text())
+            assert results["tokens_seen"] == logs["tokens_seen"], (recipe, processes)
+            assert results["train_loss"] == pytest.approx(logs["train_loss"], rel=TOLERANCE), (recipe, processes)
+
+
+def test_resume_on_another_process_count_continues_the_run(tmp_path):
+    """Issue 51: a checkpoint of 2 processes resumed on 1, and one of 1 resumed on 2, end with the weights of the
+    uninterrupted run (fp32 tolerance): the global batch 8 is held (micro-batches of 2, accumulation 4 or 2), so
+    every step trains the same examples with the same masks. Dropout off (it draws per row and process), a
+    constant rate (a schedule is rebuilt from --max_steps)."""
+    from safetensors.torch import load_file
+
+    from hf_bertology import cli
+
+    corpus, tokenizer = write_corpus(tmp_path / "corpus.txt", n_docs=120), tmp_path / "tok"
+    hb.get_recipe("bert-tiny").train_tokenizer([corpus.read_text()], vocab_size=300).save_pretrained(tokenizer)
+    overrides = ",".join(f"{key}=0.0" for key in no_dropout("bert-tiny"))
+
+    def run(out: str, steps: int, *extra: str) -> list[str]:
+        return ["--recipe", "bert-tiny", "--train_file", str(corpus), "--output_dir", str(tmp_path / out),
+                "--tokenizer_name", str(tokenizer), "--config_overrides", overrides, "--max_steps", str(steps),
+                "--per_device_train_batch_size", "2", "--lr_scheduler_type", "constant", "--save_steps", "2",
+                "--seed", "0", "--report_to", "none", "--disable_tqdm", "true", "--use_cpu", "true",
+                "--dataloader_num_workers", "0", *extra]  # fmt: skip
+
+    resume = ("--resume_from_checkpoint", "last")
+    assert cli.main(["pretrain", *run("whole", 4)]) == 0
+    assert cli.main(["pretrain", *run("one-then-two", 2)]) == 0
+    spec = tmp_path / "spec.json"
+    runs = [run("two-then-one", 2), run("one-then-two", 4, *resume)]
+    spec.write_text(json.dumps({"runs": runs, "result": str(tmp_path / "result.json")}))
+    launcher = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    done = subprocess.run(
+        [*launcher, str(REPO / "tests" / "runs_worker.py"), str(spec)],
+        env=subprocess_env(MASTER_ADDR="127.0.0.1"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-6000:])
+    assert json.loads((tmp_path / "result.json").read_text()) == [0, 0]
+    assert "saved by 1 process, on 2 processes: the global batch 8 is held" in done.stderr, done.stderr[-6000:]
+    assert cli.main(["pretrain", *run("two-then-one", 4, *resume)]) == 0
+    whole = load_file(tmp_path / "whole" / "model.safetensors")
+    for name in ("two-then-one", "one-then-two"):
+        assert json.loads((tmp_path / name / "checkpoint-4" / "trainer_state.json").read_text())["global_step"] == 4
+        resumed = load_file(tmp_path / name / "model.safetensors")
+        worst = max((resumed[key] - whole[key]).abs().max().item() for key in whole)
+        assert worst <= TOLERANCE, (name, worst)
+
+
+def test_two_nodes_hold_the_global_batch_and_resume_on_one(tmp_path):
+    """Issue 51: `torchrun --nnodes 2 --nproc_per_node 1 --rdzv_backend c10d` started twice on this machine, as
+    two nodes would start it (examples/slurm_pretrain.sh): one job of 2 processes holding the global batch, rank 0
+    alone writing the folder, its checkpoint marked by 2 processes; that checkpoint then resumes on one node."""
+    from hf_bertology import cli
+
+    corpus, out, tokenizer = write_corpus(tmp_path / "corpus.txt", n_docs=60), tmp_path / "run", tmp_path / "tok"
+    hb.get_recipe("bert-tiny").train_tokenizer([corpus.read_text()], vocab_size=300).save_pretrained(tokenizer)
+    argv = ["--recipe", "bert-tiny", "--train_file", str(corpus), "--output_dir", str(out), "--tokenizer_name",
+            str(tokenizer), "--per_device_train_batch_size", "2", "--save_steps", "2", "--seed", "0",
+            "--report_to", "none", "--disable_tqdm", "true", "--dataloader_num_workers", "0"]  # fmt: skip
+    launcher = [PYTHON, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
+                "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{free_port()}", "--rdzv_id", "nodes",
+                "--local_addr", "127.0.0.1"]  # fmt: skip
+    nodes = [
+        subprocess.Popen(
+            [*launcher, "-m", "hf_bertology", "pretrain", *argv, "--max_steps", "2"],
+            env=subprocess_env(),
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    said = [node.communicate(timeout=600) for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], [err[-4000:] for _, err in said]
+    err = "".join(err for _, err in said)
+    assert err.count(f"wrote {out}") == 1, err[-6000:]  # rank 0 alone
+    assert err.count("global batch 8 = 2 per device x 2 processes x 2 accumulation steps") == 1, err[-6000:]
+    assert json.loads((out / "checkpoint-2" / "checkpoint_complete.json").read_text())["world_size"] == 2
+    resume = [*argv, "--max_steps", "4", "--resume_from_checkpoint", "last", "--use_cpu", "true"]
+    assert cli.main(["pretrain", *resume]) == 0
+    assert json.loads((out / "all_results.json").read_text())["global_step"] == 4
+
+
+def test_the_slurm_example_launches_what_the_two_node_test_runs():
+    """examples/slurm_pretrain.sh: valid bash, one torchrun per node over a c10d rendezvous (the flags the two-node
+    test runs), resuming the newest checkpoint when requeued, and the environment it expects named at its top."""
+    script = REPO / "examples" / "slurm_pretrain.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    text = script.read_text()
+    for words in ("--nnodes", "--rdzv_backend c10d", "--rdzv_endpoint", "--resume_from_checkpoint last",
+                  "#SBATCH --ntasks-per-node=1", "OUTPUT_DIR", "TRAIN_FILE"):  # fmt: skip
+        assert words in text, words

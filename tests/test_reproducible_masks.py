@@ -270,7 +270,8 @@ def test_every_evaluation_masks_alike(tmp_path, corpus_file):
 
     flags = ["--recipe", "bert-tiny", "--train_file", str(corpus_file), "--output_dir", str(tmp_path / "run"),
              "--do_train", "--do_eval", "--eval_strategy", "steps", "--eval_steps", "2", "--num_train_epochs", "3",
-             "--per_device_train_batch_size", "32", "--learning_rate", "0", "--weight_decay", "0"]  # fmt: skip
+             "--per_device_train_batch_size", "32", "--global_batch_size", "32", "--learning_rate", "0",
+             "--weight_decay", "0"]  # fmt: skip
     pretrain.main(flags, callbacks=[Record()])
     epochs = {int(epoch - 1e-9) for epoch, _ in evaluations}
     assert len(evaluations) >= 4 and epochs == {0, 1, 2}, evaluations

@@ -119,8 +119,10 @@ def test_kill_and_resume_equals_an_uninterrupted_run(tmp_path):
 def test_kill_and_resume_a_streamed_run(tmp_path, workers):
     """`--streaming`: each streamed example's masks are keyed by its position in the stream, and the Trainer reads
     the stream again up to the checkpoint's step, so a kill -9 and a resume end bitwise equal too (with workers as
-    well: each reads its shards in the same order again)."""
-    run_kill_and_resume(tiny_recipes()[0], tmp_path, "--streaming", "--dataloader_num_workers", workers)
+    well: each reads its shards in the same order again). One micro-batch a step, as before global batches: with
+    gradient accumulation a streamed resume is not bitwise yet (docs/reliability.md, "Limits")."""
+    streamed = ("--streaming", "--dataloader_num_workers", workers, "--gradient_accumulation_steps", "1")
+    run_kill_and_resume(tiny_recipes()[0], tmp_path, *streamed)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])

@@ -65,6 +65,8 @@ def test_streaming_a_multi_gb_corpus_keeps_memory_flat(tmp_path):
         "300",
         "--per_device_train_batch_size",
         "64",
+        "--global_batch_size",
+        "64",
         "--tokenizer_name",
         str(tokenizer),
     ]

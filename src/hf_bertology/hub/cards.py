@@ -26,6 +26,7 @@ A **{variant}** encoder pretrained with `hf_bertology` using the `{recipe}` reci
 | objective | {objective} |
 | corpus | {corpus} |
 | steps | {steps} |
+| batch | {batch} |
 | tokens seen (non-padding) | {tokens} |
 | final losses | {losses} |
 | parameters | {parameters} |
@@ -189,8 +190,10 @@ def write_model_card(
     shown_as: str | Path | None = None,
     networks: tuple = (),
     base_model: tuple[str, ...] = (),
+    batch: str | None = None,
 ) -> Path:
-    """Write `README.md`: recipe, corpus, steps, tokens seen, final losses, how to load; the header names the task
+    """Write `README.md`: recipe, corpus, steps, the global batch (`batch`: its split, e.g. `global batch 8192 = 32
+    per device x 8 processes x 32 accumulation steps`), tokens seen, final losses, how to load; the header names the task
     the folder serves, its license and training data (`dataset_name`: a Hub dataset). `shown_as`: the folder the
     card names, if not `output_dir` (a folder written aside, then moved there); `networks`: the model's when it
     holds two (`Recipe.networks`), whose part folders it names; `base_model`: what a continued run started from
@@ -232,6 +235,7 @@ def write_model_card(
         objective=VARIANTS[variant].card_objective if variant in VARIANTS else variant,
         corpus=corpus,
         steps=_fmt(steps),
+        batch=_fmt(batch),
         tokens=_fmt(tokens_seen),
         losses=losses,
         parameters=_fmt(sum(p.numel() for p in model.parameters())),

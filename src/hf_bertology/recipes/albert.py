@@ -31,7 +31,7 @@ ALBERT_TRAINING = {
     "weight_decay": 0.01,
     "warmup_steps": 3125,
     "max_steps": 125_000,
-    "per_device_train_batch_size": 4096,
+    "global_batch_size": 4096,
     "lr_scheduler_type": "linear",
     "lr_scheduler_kwargs": {"decay_from_start": True},
     "optim_args": "bias_correction=False,layer_adaptation=True",

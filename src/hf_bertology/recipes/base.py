@@ -67,11 +67,14 @@ SIZES: dict[str, dict[str, int]] = {
     "tiny": {"num_hidden_layers": 2, "hidden_size": 32, "num_attention_heads": 4, "intermediate_size": 37},
 }
 
-# Small presets train fast on a CPU: small vocabulary, short sequences, a short schedule with 6% warmup.
+# Small presets train fast on a CPU: small vocabulary, short sequences, a short schedule with 6% warmup. Their global
+# batch is one micro-batch of one process (the paper presets state only the paper's global batch).
 SMALL_TRAINING = {
-    "mini": {"per_device_train_batch_size": 32, "learning_rate": 5e-4, "warmup_steps": 0.06, "max_steps": 2000},
-    "tiny": {"per_device_train_batch_size": 8, "learning_rate": 1e-3, "warmup_steps": 0.06, "max_steps": 10},
-}
+    "mini": {"global_batch_size": 32, "per_device_train_batch_size": 32, "learning_rate": 5e-4, "warmup_steps": 0.06,
+             "max_steps": 2000},
+    "tiny": {"global_batch_size": 8, "per_device_train_batch_size": 8, "learning_rate": 1e-3, "warmup_steps": 0.06,
+             "max_steps": 10},
+}  # fmt: skip
 SMALL_DATA = {"mini": {"vocab_size": 8000, "max_seq_length": 128}, "tiny": {"vocab_size": 1000, "max_seq_length": 64}}
 
 

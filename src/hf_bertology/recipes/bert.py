@@ -42,7 +42,7 @@ BERT_TRAINING = {
     "weight_decay": 0.01,
     "warmup_steps": 10_000,
     "max_steps": 1_000_000,
-    "per_device_train_batch_size": 256,
+    "global_batch_size": 256,
     "lr_scheduler_type": "linear",
     "lr_scheduler_kwargs": {"decay_from_start": True},
     "optim_args": "bias_correction=False",

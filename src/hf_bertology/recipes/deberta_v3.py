@@ -101,7 +101,7 @@ def _deberta_v3_preset(size: str, lr: float | None = None, batch: int | None = N
     base_size = size if size in SIZES else "base"
     seq_len = SMALL_DATA[size]["max_seq_length"] if size in SMALL_DATA else 512
     config = {**DEBERTA_V3_SIZES.get(size, {}), "max_predictions_per_seq": deberta_max_predictions(0.15, seq_len)}
-    training = {**DEBERTA_V3_TRAINING, "learning_rate": lr, "per_device_train_batch_size": batch}
+    training = {**DEBERTA_V3_TRAINING, "learning_rate": lr, "global_batch_size": batch}
     data = {} if size in SMALL_DATA else {"vocab_size": 128100, "max_seq_length": 512}
     preset = make_preset("deberta-v3", base_size, None, {k: v for k, v in training.items() if v is not None}, **data)
     preset["config"] = {**preset["config"], **config}

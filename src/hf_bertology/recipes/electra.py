@@ -81,7 +81,7 @@ def _electra_preset(
     config = {**config, "max_predictions_per_seq": cap}
     if length is None:
         return make_preset("electra", size, config, ELECTRA_TRAINING)
-    training = {**ELECTRA_TRAINING, "learning_rate": lr, "per_device_train_batch_size": batch, "max_steps": steps}
+    training = {**ELECTRA_TRAINING, "learning_rate": lr, "global_batch_size": batch, "max_steps": steps}
     return make_preset("electra", size, config, training, vocab_size=30522, max_seq_length=length)
 
 

@@ -98,13 +98,14 @@ def _modernbert_preset(size: str, phase: str = "pretrain") -> dict:
         training.update(
             learning_rate=lr,
             weight_decay=decay,
-            per_device_train_batch_size=batch,
+            global_batch_size=batch,
             warmup_steps=round(warmup / (batch * length)),
             max_steps=steps,
         )
         data = {"vocab_size": 50368, "max_seq_length": length}
         if phase == "pretrain":  # batch_size_warmup_tokens; _min_size: one micro-batch (device_train_microbatch_size)
             data["batch_size_warmup"] = MODERNBERT_BATCH_WARMUP[size]
+            training["per_device_train_batch_size"] = MODERNBERT_BATCH_WARMUP[size][1]  # the official micro-batch
         if phase != "pretrain":
             config.update(modernbert_rope(160_000.0))  # `rotary_emb_base: 160000.0`, `local_attn_rotary_emb_base`
             training["lr_scheduler_type"] = "constant"  # constant_with_warmup, t_warmup 0tok

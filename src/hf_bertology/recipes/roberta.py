@@ -29,7 +29,7 @@ ROBERTA_TRAINING = {
     "adam_epsilon": 1e-6,
     "weight_decay": 0.01,
     "max_steps": 500_000,
-    "per_device_train_batch_size": 8192,
+    "global_batch_size": 8192,
     "lr_scheduler_type": "linear",
     "optim_args": "exclude_from_weight_decay=none",
     "max_grad_norm": 0.0,

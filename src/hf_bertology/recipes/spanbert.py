@@ -32,7 +32,7 @@ SPANBERT_TRAINING = {
     "weight_decay": 0.01,
     "warmup_steps": 10_000,
     "max_steps": 2_400_000,
-    "per_device_train_batch_size": 256,
+    "global_batch_size": 256,
     "lr_scheduler_type": "linear",
     "lr_scheduler_kwargs": {"decay_from_start": True},
     "optim_args": "exclude_from_weight_decay=none",

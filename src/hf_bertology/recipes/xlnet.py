@@ -48,7 +48,7 @@ XLNET_TRAINING = {
     "weight_decay": 0.01,
     "warmup_steps": 40_000,
     "max_steps": 500_000,
-    "per_device_train_batch_size": 8192,
+    "global_batch_size": 8192,
     "lr_scheduler_type": "linear",
     "lr_scheduler_kwargs": {"min_lr_ratio": 0.001},
     "optim_args": "bias_correction=False,include_in_weight_decay=r_s_bias|r_r_bias|r_w_bias",

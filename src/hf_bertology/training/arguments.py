@@ -24,6 +24,7 @@ from ..utils import (
     read_argument_file,
 )
 from .attention import PACKED_IMPLEMENTATIONS
+from .global_batch import BATCH_FLAGS, DEFAULT_MICRO_BATCH, BatchPlan, plan_batch, will_probe
 from .input_checks import MIN_SEQ_LENGTH, check_counts, check_range, check_training_arguments
 from .optimizers import parse_optim_args
 
@@ -156,6 +157,21 @@ class DataArguments:
     )
 
 
+@dataclass
+class PretrainingArguments(TrainingArguments):
+    """TrainingArguments with the recipe's batch as a global one (docs/pretraining.md, "Several processes")."""
+
+    global_batch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Sequences per optimizer step over all processes, held as --per_device_train_batch_size "
+            "(the micro-batch) x processes x --gradient_accumulation_steps (derived unless both are given). "
+            "Default: the recipe's (the paper's batch); 0: no global batch, --per_device_train_batch_size (or the "
+            "recipe's batch) on each process, as before."
+        },
+    )
+
+
 # TrainingArguments defaults that suit pretraining (a flag or the recipe still wins).
 PRETRAIN_DEFAULTS = {
     "remove_unused_columns": False,  # collators read `word_starts` & co., which the model's forward does not take
@@ -249,7 +265,7 @@ def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, Training
     # strings, which argparse would convert with the flag's type (`include_num_input_tokens_seen` parses bools)
     shown = {key: value for key, value in PRETRAIN_DEFAULTS.items() if not isinstance(value, str)}
     parser = argument_parser(
-        (ModelArguments, DataArguments, TrainingArguments), "bertology pretrain", **shown, **launch
+        (ModelArguments, DataArguments, PretrainingArguments), "bertology pretrain", **shown, **launch
     )
     model_args, data_args, training_args = parse_arguments(parser, argv, file_defaults=launch)
     return model_args, data_args, training_args, explicit
@@ -258,11 +274,11 @@ def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, Training
 def apply_defaults(training_args: TrainingArguments, defaults: dict, explicit: set[str]) -> TrainingArguments:
     """TrainingArguments with `defaults` filled in wherever the user gave no value."""
     updates = {key: value for key, value in defaults.items() if key not in explicit}
-    if not updates:
+    if not updates and isinstance(training_args, PretrainingArguments):
         return training_args
     values = {f: getattr(training_args, f) for f in training_args.__dataclass_fields__ if not f.startswith("_")}
     values = {key: value for key, value in values.items() if key in explicit or key == "output_dir"}
-    rebuilt = TrainingArguments(**{**values, **updates})
+    rebuilt = PretrainingArguments(**{**values, **updates})
     return rebuilt
 
 
@@ -378,8 +394,40 @@ def training_arguments(
         # decoupled decay (ModernBERT) divide by the peak and refuse 0: the same no-op, constant and without decay
         defaults.update(lr_scheduler_type="constant", lr_scheduler_kwargs={}, weight_decay=0.0)
         explicit = explicit - {"lr_scheduler_type", "lr_scheduler_kwargs", "weight_decay"}
+    plan = global_batch_plan(training_args, defaults, explicit)
+    defaults.update(
+        per_device_train_batch_size=plan.micro,
+        gradient_accumulation_steps=plan.accumulation,
+        global_batch_size=plan.global_batch,
+    )
+    probing = chooses_micro_batch(training_args, explicit)
+    explicit = explicit - set(BATCH_FLAGS)  # the plan holds the user's values
     training_args = apply_defaults(training_args, defaults, explicit)
     merge_recipe_settings(training_args, defaults, explicit)
     training_args = keep_token_out_of_files(fit_warmup(training_args))
     check_world_size(training_args)
+    if training_args.process_index == 0 and not (probing and will_probe(training_args)):
+        logger.info("%s", plan.line())
     return training_args
+
+
+def chooses_micro_batch(training_args: TrainingArguments, explicit: set[str]) -> bool:
+    """The user's arguments (`explicit`: the names set) leave the micro-batch to the run: a global batch held (not
+    --global_batch_size 0), neither --per_device_train_batch_size nor --gradient_accumulation_steps given. On CUDA
+    the run then probes for the largest that fits (`global_batch.will_probe`)."""
+    per_device = "global_batch_size" in explicit and not getattr(training_args, "global_batch_size", None)
+    return not per_device and not {"per_device_train_batch_size", "gradient_accumulation_steps"} & explicit
+
+
+def global_batch_plan(training_args: TrainingArguments, defaults: dict, explicit: set[str]) -> BatchPlan:
+    """The run's split of its global batch (`global_batch.plan_batch`) over the processes the launcher started:
+    the user's --global_batch_size or the recipe's, the user's micro-batch and accumulation where given."""
+    recipe_batch = defaults.get("global_batch_size") or 0
+    wanted = getattr(training_args, "global_batch_size", None) if "global_batch_size" in explicit else None
+    wanted = recipe_batch if wanted is None else wanted
+    recipe_micro = defaults.get("per_device_train_batch_size", DEFAULT_MICRO_BATCH)
+    if wanted == 0 and recipe_batch:  # per device, as a recipe's batch meant before it was global
+        recipe_micro = recipe_batch
+    given = {key: getattr(training_args, key) if key in explicit else None for key in BATCH_FLAGS[:2]}
+    return plan_batch(wanted, launched_world_size(), given["per_device_train_batch_size"],
+                      given["gradient_accumulation_steps"], recipe_micro)  # fmt: skip

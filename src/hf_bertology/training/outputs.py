@@ -20,6 +20,7 @@ from ..utils import BertologyError, logger
 from .arguments import DataArguments
 from .checkpoints import apply_umask, fsync_dir, last_complete_checkpoint, write_failure
 from .corpora import card_dataset, describe_corpus
+from .global_batch import BatchPlan
 
 ASIDE = ".final-partial"
 LAST = ("config.json", "model.safetensors", "all_results.json")  # moved in last: what makes the folder look finished
@@ -86,12 +87,20 @@ def write_final_folder(trainer, recipe, data_args, metrics, push_args, folder: P
         shown_as=shown_as,
         networks=recipe.networks,
         base_model=continued,
+        batch=run_batch(trainer.args).line(),
     )
+    # the run's arguments, global batch included, readable without unpickling (tokens masked by `to_json_string`)
+    (folder / "training_args.json").write_text(trainer.args.to_json_string())
     with open(folder / "all_results.json", "w") as handle:
         json.dump(metrics, handle, indent=2)
         handle.flush()
         os.fsync(handle.fileno())
     apply_umask(folder)  # safetensors writes 0600
+
+
+def run_batch(args) -> BatchPlan:
+    """The global batch the run's steps had: per-device micro-batch x processes x accumulation."""
+    return BatchPlan(args.per_device_train_batch_size, args.world_size, args.gradient_accumulation_steps)
 
 
 def move_into_place(aside: Path, output_dir: Path) -> None:

@@ -19,11 +19,20 @@ import transformers
 from transformers import TrainingArguments, set_seed
 
 from ..utils import run_command, set_verbosity
-from .arguments import DataArguments, ModelArguments, check_sizes, fast_path, parse_args, training_arguments
+from .arguments import (
+    DataArguments,
+    ModelArguments,
+    check_sizes,
+    chooses_micro_batch,
+    fast_path,
+    parse_args,
+    training_arguments,
+)
 from .batch_warmup import use_batch_size_warmup
 from .batches import configure_batches
 from .checkpoints import run_lock
 from .corpora import build_datasets, load_corpora
+from .global_batch import check_process_count, probe_micro_batch, will_probe
 from .low_precision import use_low_precision_layernorm
 from .outputs import write_outputs
 from .phases import continue_phase
@@ -58,17 +67,18 @@ def run_pretraining(
     datasets.utils.logging.set_verbosity_warning()
 
     recipe = build_recipe(model_args)
+    probing = chooses_micro_batch(training_args, explicit)  # on CUDA, once the model is built
     training_args = training_arguments(training_args, recipe, explicit, data_args.streaming)
     check_sizes(model_args, data_args, training_args)
     fast_path(recipe, model_args, data_args, training_args, explicit)
     callbacks = [*(callbacks or []), *stream_per_process(training_args, data_args.streaming, explicit)]
     with run_lock(training_args.output_dir, training_args.process_index == 0):  # one run per folder
-        resume_from = resolve_resume(
-            training_args.resume_from_checkpoint, training_args.output_dir, training_args.world_size
-        )
+        # another process count is judged by what it would change (`check_process_count`), not refused outright
+        resume_from = resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
         check_output_dir(data_args, training_args, resume_from)
         if resume_from is not None:
             check_resume(resume_from, recipe)
+            check_process_count(resume_from, training_args, recipe, data_args)
             if (finished := already_finished(resume_from, training_args)) is not None:
                 return finished
         set_seed(training_args.seed)
@@ -81,6 +91,8 @@ def run_pretraining(
             use_low_precision_layernorm(model)
         model, collator = configure_batches(recipe, model, collator, model_args, data_args, training_args.device)
         train_dataset, eval_dataset = build_datasets(corpus, eval_corpus, tokenizer, recipe, data_args, training_args)
+        if probing and will_probe(training_args):  # the largest micro-batch that fits, before the Trainer reads it
+            probe_micro_batch(model, collator, train_dataset, training_args)
         trainer, push_args = build_trainer(
             recipe, model, tokenizer, collator, train_dataset, eval_dataset, training_args, callbacks
         )
