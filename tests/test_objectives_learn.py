@@ -16,12 +16,11 @@ import pytest
 import torch
 from transformers import set_seed
 
+from conftest import make_documents, write_corpus
 from hf_bertology.training.arguments import parse_args, training_arguments
 from hf_bertology.training.corpora import build_datasets, load_corpora
 from hf_bertology.training.pretrain import main as pretrain
 from hf_bertology.training.run_recipe import build_model, build_recipe, build_tokenizer, settle_recipe
-
-from conftest import make_documents, write_corpus
 
 MARGIN = 0.05  # nats; at 10 steps the drops measured 0.05 (albert-tiny) to 0.49 (xlnet-tiny), so 20 leave room
 AUC_MARGIN = 0.1  # measured: 0.49 -> 0.74 (electra-tiny), 0.52 -> 0.76 (deberta-v3-tiny) at 10 steps
