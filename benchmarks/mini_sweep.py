@@ -16,7 +16,9 @@ recipe's `--config_overrides`), `args` (further flags, `;`-separated). Not a tes
 from __future__ import annotations
 
 import argparse
+import ast
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -46,10 +48,14 @@ def candidate_flags(words: dict) -> list[str]:
     return flags
 
 
-def evaluations(output_dir: Path) -> list[dict]:
-    """Every held-out evaluation of the run, in step order, from its trainer_state.json."""
-    state = json.loads((output_dir / "trainer_state.json").read_text())
-    return [log for log in state["log_history"] if "eval_loss" in log]
+EVAL_LINE = re.compile(r"\{'eval_loss'[^}]*\}")
+
+
+def evaluations(log_text: str, eval_steps: int) -> list[dict]:
+    """Every held-out evaluation the run printed, in step order (the k-th at step k * eval_steps; the Trainer prints
+    an evaluation's metrics as one dict), with its step."""
+    rows = [ast.literal_eval(match) for match in EVAL_LINE.findall(log_text)]
+    return [{"step": k * eval_steps, **{key: float(v) for key, v in row.items()}} for k, row in enumerate(rows)]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -64,6 +70,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--train_file", nargs="*", default=[])
     parser.add_argument("--pretrain_args", default="", help="flags every candidate gets")
     parser.add_argument("--work_dir", type=Path, default=None)
+    parser.add_argument(
+        "--stop_after",
+        type=int,
+        default=None,
+        help="stop a candidate after its evaluation at this step (a screening run: the schedule is still --max_steps')",
+    )
     args = parser.parse_args(argv)
 
     args.output.parent.mkdir(parents=True, exist_ok=True)
@@ -89,23 +101,35 @@ def main(argv: list[str] | None = None) -> None:
         ]  # fmt: skip
         start = time.time()
         log = run_dir.with_suffix(".log")
-        with log.open("w") as out:
-            result = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT)
-        if result.returncode != 0:
-            print(f"{text}: failed (rc {result.returncode}), see {log}", file=sys.stderr)
+        returncode = run(command, log, args.stop_after and args.stop_after // args.eval_steps + 1)
+        if returncode != 0:
+            print(f"{text}: failed (rc {returncode}), see {log}", file=sys.stderr)
             continue
-        evals = evaluations(run_dir)
+        evals = evaluations(log.read_text(), args.eval_steps)
         row = {"recipe": args.recipe, "candidate": text, "max_steps": args.max_steps, "batch_size": args.batch_size,
-               "seconds": round(time.time() - start, 1), "evaluations": evals}  # fmt: skip
+               "stop_after": args.stop_after, "seconds": round(time.time() - start, 1), "evaluations": evals}  # fmt: skip
         with args.output.open("a") as out:
             out.write(json.dumps(row) + "\n")
         print(summary(row), flush=True)
 
 
+def run(command: list[str], log: Path, stop_at_evaluations: int | None) -> int:
+    """Run one candidate, its output to `log`; with `stop_at_evaluations`, kill it once it has printed that many."""
+    with log.open("w") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        while process.poll() is None:
+            time.sleep(5)
+            if stop_at_evaluations and len(EVAL_LINE.findall(log.read_text())) >= stop_at_evaluations:
+                process.kill()  # not terminate: a stopped run would save a checkpoint first
+                process.wait()
+                return 0
+    return process.returncode
+
+
 def summary(row: dict) -> str:
     last = row["evaluations"][-1]
     keys = [k for k in ("eval_disc_auc", "eval_rtd_accuracy", "eval_replaced_fraction", "eval_loss") if k in last]
-    return f"{row['candidate']:<60s} " + " ".join(f"{k[5:]}={last[k]:.4f}" for k in keys)
+    return f"{row['candidate']:<60s} step {last['step']} " + " ".join(f"{k[5:]}={last[k]:.4f}" for k in keys)
 
 
 if __name__ == "__main__":

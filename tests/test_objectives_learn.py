@@ -93,3 +93,27 @@ def test_sentence_task_fits_a_fixed_batch(tmp_path, corpus_file, recipe, loss):
         first = float(outputs[loss].detach()) if first is None else first
     last = float(outputs[loss].detach())
     assert first > 0.6 and last < SENTENCE_FIT, f"{recipe} {loss}: {first:.4f} -> {last:.4f}"
+
+
+def test_the_sweep_script_records_each_candidates_held_out_evaluations(tmp_path, corpus_file):
+    """`benchmarks/mini_sweep.py` (docs/benchmarks.md), as a smoke run: two candidates of a tiny recipe, each one JSON
+    line with its evaluations at steps 0, 2 and 4; run again, it skips what the file holds."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "mini_sweep.py"
+    output = tmp_path / "sweep.jsonl"
+    command = [sys.executable, str(script), "--recipe", "electra-tiny", "--max_steps", "4", "--batch_size", "4",
+               "--eval_steps", "2", "--max_eval_samples", "8", "--train_file", str(corpus_file),
+               "--work_dir", str(tmp_path / "runs"), "--output", str(output),
+               "--candidate", "lr=1e-3", "--candidate", "lr=3e-3 warmup=1 overrides=sampling_temperature=2.0"]  # fmt: skip
+    for _ in range(2):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+    rows = [json.loads(line) for line in output.read_text().splitlines()]
+    assert [row["candidate"] for row in rows] == ["lr=1e-3", "lr=3e-3 warmup=1 overrides=sampling_temperature=2.0"]
+    for row in rows:
+        assert [e["step"] for e in row["evaluations"]] == [0, 2, 4]
+        assert all(0.0 <= e["eval_disc_auc"] <= 1.0 for e in row["evaluations"])
