@@ -274,6 +274,9 @@ def test_readme_make_pretrain_line_runs_offline_without_shared(tmp_path):
         assert any("mlm_accuracy" in line for line in learned) != ("nothing to train" in done.stderr), done.stderr[
             -3000:
         ]
+        if learned:  # the last lines say whether it learned: after the folder is written, the AUC and accuracy last
+            said = [line for line in done.stderr.splitlines() if " INFO hf_bertology: " in line]
+            assert said[-2:] == learned[-2:] and "disc_auc" in said[-2] and "rtd_accuracy" in said[-1], said[-6:]
     assert (tmp_path / "cache" / "wikitext-2-raw" / "wiki.test.raw").is_file()
     results = json.loads((out / "all_results.json").read_text())
     assert results["eval_at_start"]["eval_mlm_loss"] > 0 and results["eval_mlm_loss"] > 0
@@ -290,11 +293,11 @@ def test_the_learning_lines_show_what_a_constant_guess_scores(monkeypatch):
     before = {"eval_rtd_accuracy": 0.46, "eval_replaced_fraction": 0.1512, "eval_disc_auc": 0.5, "eval_loss": 9.0}
     after = {"eval_rtd_accuracy": 0.86, "eval_replaced_fraction": 0.1456, "eval_disc_auc": 0.71, "eval_loss": 7.0}
     run_trainer.log_learning(before, after)
-    assert said == [
+    assert said == [  # the losses first: the last lines are the accuracy and AUC (issue 52, item 3)
+        "held-out loss                     untrained   9.0000 -> trained   7.0000",
         "held-out disc_auc                 untrained   0.5000 -> trained   0.7100",
         "held-out rtd_accuracy             untrained   0.4600 -> trained   0.8600  (a constant guess, always "
         "'original': 0.8488 -> 0.8544)",
-        "held-out loss                     untrained   9.0000 -> trained   7.0000",
     ]
 
 

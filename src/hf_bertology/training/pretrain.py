@@ -38,7 +38,7 @@ from .outputs import write_outputs
 from .phases import continue_phase
 from .resume import already_finished, check_output_dir, check_resume, resolve_resume
 from .run_recipe import build_model, build_recipe, build_tokenizer, settle_recipe
-from .run_trainer import build_trainer, train_and_evaluate
+from .run_trainer import build_trainer, log_learning, train_and_evaluate
 from .scale_out import stream_per_process
 
 
@@ -105,6 +105,8 @@ def run_pretraining(
         use_batch_size_warmup(trainer, recipe, data_args)  # where the recipe or the flags ask for one
         metrics = train_and_evaluate(trainer, resume_from)
         write_outputs(trainer, recipe, data_args, metrics, push_args)
+    if "eval_at_start" in metrics:  # the run's last lines: did it learn (held-out, untrained -> trained)
+        log_learning(metrics["eval_at_start"], metrics)
     return metrics
 
 

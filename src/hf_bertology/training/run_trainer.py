@@ -98,8 +98,7 @@ def train_and_evaluate(trainer, resume_from: str | None = None) -> dict:
         metrics.update(eval_metrics)
         before = evaluation_at_start(trainer.state.log_history)
         if before:
-            metrics["eval_at_start"] = before
-            log_learning(before, eval_metrics)
+            metrics["eval_at_start"] = before  # `log_learning` prints it beside the trained values
     metrics["tokens_seen"] = int(trainer.state.num_input_tokens_seen or 0)
     metrics["global_step"] = trainer.state.global_step  # whose final folder this is (`resume.already_finished`)
     return metrics
@@ -116,10 +115,13 @@ BASE_RATES = {"rtd_accuracy": ("replaced_fraction", "always 'original'")}
 
 
 def log_learning(before: dict, after: dict) -> None:
-    """One line per held-out accuracy, AUC and loss, untrained against trained: whether the run learned, at a glance;
-    an accuracy that a constant guess nearly matches has that guess's score beside it (`BASE_RATES`)."""
+    """One line per held-out loss, accuracy and AUC, untrained against trained: whether the run learned, at a glance;
+    an accuracy that a constant guess nearly matches has that guess's score beside it (`BASE_RATES`). The losses
+    come first and the AUC and the accuracy beside its guess last, so those are a run's last lines (`bertology pretrain`
+    prints this block last of all)."""
     keys = [k for k in after if k.startswith("eval_") and k.endswith(("accuracy", "_auc", "_loss")) and k in before]
-    for key in sorted(keys, key=lambda k: (k.endswith("_loss"), k)):
+    last = [f"eval_{name}" for name in BASE_RATES]  # after the AUC: the accuracy beside its guess ends the block
+    for key in sorted(keys, key=lambda k: (not k.endswith("_loss"), k.endswith("_auc") or k in last, k in last, k)):
         name = key[len("eval_") :]
         line = f"held-out {name:<24s} untrained {before[key]:8.4f} -> trained {after[key]:8.4f}"
         fraction, guess = BASE_RATES.get(name, (None, None))
