@@ -68,6 +68,24 @@ def pretrain_argv(recipe: str, train_file: Path, output_dir: Path, *extra: str) 
 PYTHON = sys.executable
 
 
+def pretrain_in_child(argv: list[str], log: str) -> None:
+    """`bertology pretrain argv`, as `python -m hf_bertology` runs it, in a child forked by a server that imported
+    hf_bertology once (`test_resume.forkserver`): one thread, as the tests' in-process runs; output into `log`."""
+    import multiprocessing
+
+    # a forkserver child inherits the forkserver start method; DataLoader workers must start as in a new process
+    multiprocessing.set_start_method(None, force=True)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    import torch
+
+    from hf_bertology import cli
+
+    torch.set_num_threads(1)
+    sys.exit(cli.main(["pretrain", *argv]))
+
+
 def no_dropout(recipe: str) -> dict:
     """Config overrides that turn off every dropout of `recipe`'s config: the names differ by family (BERT's
     `hidden_dropout_prob`, XLNet's `dropout`, ModernBERT's `mlp_dropout`, ...), and a name the config lacks is

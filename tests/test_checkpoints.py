@@ -189,21 +189,28 @@ def test_rotation_goes_by_step_and_keeps_the_newest_complete(tmp_path):
 
 # -- 1: one run per folder ----------------------------------------------------------------------------------------------
 HOLD_LOCK = (
-    "import sys, time\n"
+    "import os, sys, time\n"
     "from hf_bertology.training.checkpoints import RunLock\n"
-    "lock = RunLock(sys.argv[1]); lock.acquire(); print('locked', flush=True); time.sleep(600)\n"
+    "lock = RunLock(sys.argv[1]); lock.acquire()\n"
+    "worker = os.fork()  # as a DataLoader worker does, and it outlives a run killed -9 by seconds\n"
+    "if worker == 0: time.sleep(600); os._exit(0)\n"
+    "print('locked', worker, flush=True); time.sleep(600)\n"
 )
 
 
 def test_a_live_run_holds_its_folder_and_a_dead_one_does_not(tmp_path, tokenizer_dir, capsys):
     """A second run into a folder a live run holds is refused in one line (before: both exit 0 and one run's
-    result is lost); once that run is killed -9, its stale lock is taken over with a line naming it."""
+    result is lost); once that run is killed -9, its stale lock is taken over with a line naming it, even while a
+    child it forked (a DataLoader worker) still lives."""
     out = tmp_path / "out"
     holder = subprocess.Popen(
         [PYTHON, "-c", HOLD_LOCK, str(out)], env=subprocess_env(), cwd=REPO, stdout=subprocess.PIPE, text=True
     )
+    worker = None
     try:
-        assert holder.stdout.readline().strip() == "locked"
+        said, worker = holder.stdout.readline().split()
+        worker = int(worker)
+        assert said == "locked"
         assert cli.main(argv(tokenizer_dir, out, 2)) == 2
         err = capsys.readouterr().err
         line = err.strip().splitlines()[-1]
@@ -214,12 +221,17 @@ def test_a_live_run_holds_its_folder_and_a_dead_one_does_not(tmp_path, tokenizer
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait(timeout=30)
-    with RunLock(out):  # our logger writes to stderr (cli.main set it up above)
-        err = capsys.readouterr().err
-        assert f"taking over the lock of a run that is no longer running (pid {holder.pid} on" in err, err
-        with pytest.raises(BertologyError, match="in use by another run"):
-            RunLock(out).acquire()  # held again, now by this process
-    assert not (out / checkpoints.LOCK_NAME).exists()  # released: a later run starts without a stale line
+    try:
+        os.kill(worker, 0)  # the worker lives on
+        with RunLock(out):  # our logger writes to stderr (cli.main set it up above)
+            err = capsys.readouterr().err
+            assert f"taking over the lock of a run that is no longer running (pid {holder.pid} on" in err, err
+            with pytest.raises(BertologyError, match="in use by another run"):
+                RunLock(out).acquire()  # held again, now by this process
+        assert not (out / checkpoints.LOCK_NAME).exists()  # released: a later run starts without a stale line
+    finally:
+        if worker is not None:
+            os.kill(worker, signal.SIGKILL)
 
 
 def test_an_output_dir_that_cannot_be_a_folder_is_one_line(tmp_path):

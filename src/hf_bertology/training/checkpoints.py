@@ -21,6 +21,7 @@ import re
 import shutil
 import socket
 import time
+import weakref
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -250,6 +251,24 @@ def save_failed(folder: Path, err: BaseException) -> BertologyError:
 
 
 # -- one run per folder ------------------------------------------------------------------------------------------------
+_HELD: weakref.WeakSet = weakref.WeakSet()  # the locks this process holds
+
+
+def _forget_locks_in_child() -> None:
+    """In a forked child (a DataLoader worker): close the copies of the held locks' descriptors, so that the child
+    does not keep a dead run's folder locked (a flock belongs to the open file, which fork shares); closing a copy
+    does not unlock the parent's."""
+    for lock in list(_HELD):
+        with contextlib.suppress(OSError):
+            os.close(lock._fd)
+        lock._fd, lock._made = None, False
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fcntl either
+    os.register_at_fork(after_in_child=_forget_locks_in_child)
+
+
 class RunLock:
     """An exclusive lock on an output folder for the lifetime of a run (`with RunLock(dir):`).
 
@@ -257,7 +276,7 @@ class RunLock:
     process dies, however it dies, so a lock file left by a killed run is stale by construction and is taken over,
     with a line naming that run (its pid, host and start time, which the file holds). Where `fcntl` does not exist
     (Windows) the folder is not locked. A folder the lock made and the run left empty (refused before writing
-    anything) is removed with the lock.
+    anything) is removed with the lock. Forked children (DataLoader workers) do not hold it (`_forget_locks_in_child`).
     """
 
     def __init__(self, output_dir: str | os.PathLike):
@@ -309,6 +328,7 @@ class RunLock:
         os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, started {started}\n".encode())
         os.fsync(fd)
         self._fd = fd
+        _HELD.add(self)
 
     def _describe(self) -> str:
         try:
@@ -322,6 +342,7 @@ class RunLock:
         self.path.unlink(missing_ok=True)  # before unlocking: a run that opens it after this gets a new file
         os.close(self._fd)
         self._fd = None
+        _HELD.discard(self)
         if self._made:
             with contextlib.suppress(OSError):  # not empty: the run wrote into it
                 self.path.parent.rmdir()

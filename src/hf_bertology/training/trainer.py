@@ -274,6 +274,10 @@ class BertologyTrainer(OfficialOptimizers, Trainer):
             collator.replay = []  # at an epoch start, before any collation: the Trainer's restore is right
         super()._load_rng_state(checkpoint)
 
+    def _save_extra_state(self, folder: Path) -> None:
+        """This process's state that the stock checkpoint lacks, written before the marker (so its digests cover it)."""
+        self._save_collator_rng(folder)
+
     def _save_collator_rng(self, folder: Path) -> None:
         collator = self._recorder
         if collator is None or self.args.dataloader_num_workers > 0 or not folder.is_dir():
@@ -293,7 +297,7 @@ class BertologyTrainer(OfficialOptimizers, Trainer):
         limit, self.args.save_total_limit = self.args.save_total_limit, None  # rotated below: by step, once marked
         try:
             super()._save_checkpoint(model, trial)
-            self._save_collator_rng(folder)
+            self._save_extra_state(folder)
             # Every process has written its files (model shards, its RNG state) before the marker goes in.
             self.accelerator.wait_for_everyone()
             if self.args.should_save and folder.is_dir():

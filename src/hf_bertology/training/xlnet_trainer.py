@@ -2,21 +2,26 @@
 
 `StreamBatches` lays the training examples out as Transformer-XL's streams (batch slot s always continues stream s,
 on every process); `XLNetTrainer.compute_loss` feeds each training step's `mems` into the next, restarts them at
-every epoch and when the batch shape changes, and evaluates without them. With `mem_len == 0` or a streamed corpus
-it trains without memory, in the usual shuffled order. Why, and the official code it follows: docs/training.md.
+every epoch and when the batch shape changes, and evaluates without them; a checkpoint holds each process's memory
+(`xlnet_mems_<rank>.safetensors`), restored when resuming mid-epoch. With `mem_len == 0` or a streamed corpus it
+trains without memory, in the usual shuffled order. Why, and the official code it follows: docs/training.md.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from safetensors.torch import load_file, save_file
 from torch.utils.data import Dataset, SequentialSampler
 
 from ..collators.base import EXAMPLE_ID
 from ..utils import BertologyError, logger
 from .trainer import BertologyTrainer, is_map_style
+
+MEMS_FILE = "xlnet_mems_{rank}.safetensors"  # one per process: each carries the memory of its own streams
 
 
 class StreamBatches(Dataset):
@@ -79,7 +84,30 @@ class XLNetTrainer(BertologyTrainer):
 
     def _run_epoch(self, *args, **kwargs):
         self._mems = None  # every stream starts again with the epoch (`StreamBatches`)
+        checkpoint = kwargs.get("resume_from_checkpoint")
+        resumed_mid_epoch = kwargs.get("epoch") == kwargs.get("epochs_trained") and bool(
+            kwargs.get("steps_trained_in_current_epoch")
+        )
+        if self.uses_memory and checkpoint is not None and resumed_mid_epoch:
+            self._mems = self._load_mems(Path(checkpoint))
         return super()._run_epoch(*args, **kwargs)
+
+    def _mems_file(self, folder: Path) -> Path:
+        return folder / MEMS_FILE.format(rank=self.args.process_index)
+
+    def _save_extra_state(self, folder: Path) -> None:
+        super()._save_extra_state(folder)
+        if self.uses_memory and self._mems is not None and folder.is_dir():
+            # the memory the next step attends to: without it a resumed run's first step sees none (issue 53)
+            save_file({f"mems.{i}": m.contiguous().cpu() for i, m in enumerate(self._mems)}, self._mems_file(folder))
+
+    def _load_mems(self, checkpoint: Path) -> tuple[torch.Tensor, ...] | None:
+        path = self._mems_file(checkpoint)
+        if not path.is_file():
+            logger.warning("%s holds no XLNet memory (an older hf_bertology's?): the memory starts empty", checkpoint)
+            return None
+        saved = load_file(path, device=str(self.args.device))
+        return tuple(saved[f"mems.{i}"] for i in range(len(saved)))
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         carry = model.training and self.uses_memory
