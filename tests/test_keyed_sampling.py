@@ -137,6 +137,37 @@ def test_a_row_samples_alike_in_the_whole_batch_and_in_a_half(name, corpus):
     assert not torch.equal(unkeyed_1, unkeyed_2)  # without keys the state matters: the keys above did the work
 
 
+@pytest.mark.parametrize("name", ["electra-tiny", "deberta-v3-tiny", "electra-tiny@bert"])
+def test_the_step_samples_at_the_configured_temperature(name, corpus):
+    """Through the model's step at `sampling_temperature` 0.7: every chosen token is replaced by the token whose
+    interval of softmax(logits / 0.7)'s CDF (float64, from the step's own generator logits) holds the target's keyed
+    uniform; at temperature 1 the same uniforms pick other tokens in several rows, so 0.7 is what decides."""
+    recipe_name, _, backbone = name.partition("@")
+    overrides = {"backbone": backbone} if backbone else {}
+    recipe = get_recipe(recipe_name, **overrides, **no_dropout(name), sampling_temperature=0.7)
+    tokenizer = recipe.train_tokenizer(corpus["text"], 300)
+    recipe.adapt_to_tokenizer(tokenizer)
+    recipe.fit_to_length(48)
+    examples = build_pretraining_dataset(tokenize_corpus(corpus, tokenizer), tokenizer, recipe.config, 48, 0)
+    batch = recipe.build_collator(tokenizer, seed=3)([examples[i] for i in range(6)])
+    torch.manual_seed(0)
+    model = recipe.build_model().eval()
+    with torch.no_grad():
+        out = model(**batch)
+    at = batch["labels"].flatten().ne(-100).nonzero().squeeze(1)  # the order of the step's generator logits
+    sampled = out.replaced_input_ids.take(at)
+    uniform = keyed_uniform(batch["sample_keys"].take(at), 1).double()  # (M, 1)
+
+    def inside(temperature):  # (M,): the uniform falls in the sampled token's CDF interval (rounding allowed)
+        cdf = (out.prediction_logits.double() / temperature).softmax(-1).cumsum(-1)
+        below = torch.cat([torch.zeros_like(cdf[:, :1]), cdf], 1).gather(1, sampled[:, None])
+        above = cdf.gather(1, sampled[:, None])
+        return ((below - 1e-6 <= uniform) & (uniform < above + 1e-6)).squeeze(1)
+
+    assert inside(0.7).all(), inside(0.7)
+    assert (~inside(1.0)).sum() >= 5  # a fixed draw: 6 to 19 of the ~40 rows
+
+
 def test_sampling_benchmark_runs():
     """`benchmarks/rtd_sampling.py` (docs/speed.md) at a small shape: both samplers timed, in the same run."""
     import importlib.util
