@@ -25,9 +25,6 @@ POSITION_TABLE = "embeddings.position_embeddings.weight"
 OTHER_TABLES = (POSITION_TABLE, "embeddings.token_type_embeddings.weight")
 
 
-TWO_TO_MINUS_53 = torch.tensor(2.0**-53, dtype=torch.float64)  # int64 times it is float64: one operation
-
-
 def keyed_uniform(keys: torch.Tensor, size: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """`(M, size)` uniforms in [0, 1): entry (m, v) a hash of `keys[m]` (int64) and v (SplitMix64 on a counter, as
     hf_bertology's collators draw their masks), so the noise of an example's token does not depend on the process,
@@ -53,8 +50,8 @@ def keyed_uniform(keys: torch.Tensor, size: int, dtype: torch.dtype = torch.floa
     # SplitMix64's last step, x ^ (x >>> 31), leaves bits 40-63 as they are: float32's are SplitMix64's. Below them
     # it changes bits 11-32 of float64's, which two rounds have mixed already and which only place a draw within a
     # 2**-24 slice: skipped too, three operations a step (tests/test_keyed_sampling.py: uniform below 2**-24).
-    if dtype == torch.float64:
-        return shift(x, 11) * TWO_TO_MINUS_53
+    if dtype == torch.float64:  # (53-bit integers: exact); int64 times a float would be float32
+        return shift(x, 11).double() * 2.0**-53
     return shift(x, 40) * 2.0**-24  # int64 times a float is float32 (24-bit integers: exact), in one operation
 
 
