@@ -87,9 +87,11 @@ def test_a_token_of_probability_zero_is_never_drawn(monkeypatch, uniform):
     logits[::3, -1] = 30.0  # nearly all the mass on the last token, banned in some of these rows
     banned = torch.arange(300) % 50  # first, last and every index between
     logits[torch.arange(300), banned] = -1e9
-    monkeypatch.setattr(
-        rtd, "keyed_uniform", lambda keys, size, dtype=torch.float32: torch.full((len(keys), size), uniform, dtype=dtype)
-    )
+
+    def fixed(keys, size, dtype=torch.float32):
+        return torch.full((len(keys), size), uniform, dtype=dtype)
+
+    monkeypatch.setattr(rtd, "keyed_uniform", fixed)
     sampled = sample_tokens(logits, 1.0, torch.arange(300))
     assert not (sampled == banned).any() and sampled.max() < 50
 
