@@ -25,6 +25,15 @@ def official_adam_weight_decay(data, m, v, grad, lr, beta1, beta2, eps, weight_d
     data.copy_(data - lr * update)
 
 
+def official_tf_adam(data, m, v, grad, lr, beta1, beta2, eps, t):
+    """TensorFlow's `tf.train.AdamOptimizer` update (`training_ops.apply_adam`), which zihangdai/xlnet
+    `model_utils.py:130-133` builds at weight decay 0, transcribed: bias-corrected, ε outside √v, no decay."""
+    m.copy_(beta1 * m + (1.0 - beta1) * grad)
+    v.copy_(beta2 * v + (1.0 - beta2) * grad.square())
+    lr_t = lr * (1.0 - beta2**t) ** 0.5 / (1.0 - beta1**t)
+    data.copy_(data - lr_t * m / (v.sqrt() + eps))
+
+
 def official_lamb(data, m, v, grad, lr, beta1, beta2, eps, weight_decay, layer_adaptation):
     """google-research/albert `lamb_optimizer.py:88-116` (`LAMBOptimizer.apply_gradients`), transcribed."""
     m.copy_(beta1 * m + (1.0 - beta1) * grad)
@@ -91,19 +100,20 @@ def official_fairseq_lr(num_updates, lr, total_num_update, warmup_updates, end_l
 
 
 def recipe_trainer(tmp_path, recipe: str, model=None, **flags):
-    """A BertologyTrainer with `recipe`'s TrainingArguments as `bertology pretrain` settles them, around `model`
-    (the family's tiny model unless given)."""
+    """The recipe's Trainer (`BertologyTrainer`, XLNet's `XLNetTrainer`) with its TrainingArguments as `bertology
+    pretrain` settles them, around `model` (the family's tiny model unless given)."""
     from transformers import TrainingArguments
 
     from hf_bertology.training.arguments import training_arguments
-    from hf_bertology.training.trainer import BertologyTrainer
+    from hf_bertology.training.run_trainer import trainer_class
 
     given = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[], **flags)
-    args = training_arguments(given, hb.get_recipe(recipe), {"use_cpu", "report_to", *flags})
+    settled = hb.get_recipe(recipe)
+    args = training_arguments(given, settled, {"use_cpu", "report_to", *flags})
     if model is None:
         torch.manual_seed(0)
         model = hb.get_recipe(recipe.split("-")[0] + "-tiny").build_model()
-    return BertologyTrainer(model=model, args=args)
+    return trainer_class(settled.variant.trainer_class)(model=model, args=args)
 
 
 def lrs_over(trainer, steps: int) -> list[float]:
@@ -252,6 +262,25 @@ def test_xlnet_decays_its_relative_biases(tmp_path):
     decays = decay_of(trainer)
     assert decays["transformer.layer.0.rel_attn.r_w_bias"] == 0.01 == decays["transformer.layer.0.rel_attn.r_s_bias"]
     assert decays["transformer.layer.0.rel_attn.layer_norm.weight"] == 0.0 == decays["lm_loss.bias"]
+
+
+def test_xlnet_without_weight_decay_takes_bias_corrected_adam(tmp_path):
+    """xlnet `model_utils.py:130-139` picks its optimizer by the weight decay: at `--weight_decay 0`, TF's
+    `AdamOptimizer`. 30 steps of xlnet-base's arguments (warmup and decay) equal its transcription parameter by
+    parameter, at ε 1e-12 (torch adds ε to √v̂, TF to √v: at the recipe's 1e-6 they part by ~1e-6 where a weight is
+    near 0, docs/recipes/xlnet.md); `--optim_args bias_correction=False` keeps the uncorrected update."""
+    flags = {"learning_rate": 1e-2, "max_steps": 30, "warmup_steps": 5, "adam_epsilon": 1e-12}
+    trainer = recipe_trainer(tmp_path, "xlnet-base", weight_decay=0.0, **flags)
+    assert type(trainer.create_optimizer()) is torch.optim.AdamW
+    counts = {}
+
+    def update(data, m, v, grad, lr, exempt):
+        counts[id(data)] = t = counts.get(id(data), 0) + 1
+        official_tf_adam(data, m, v, grad, lr, 0.9, 0.999, 1e-12, t)
+
+    steps_against_transcription(trainer, update, lambda step: official_xlnet_lr(step, 1e-2, 30, 5, 0.001), 30)
+    kept = recipe_trainer(tmp_path, "xlnet-base", weight_decay=0.0, optim_args="bias_correction=False")
+    assert type(kept.create_optimizer()) is AdamWNoBiasCorrection
 
 
 @pytest.mark.parametrize("recipe", ["bert-base", "electra-base", "albert-base"])

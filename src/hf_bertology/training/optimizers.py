@@ -222,10 +222,10 @@ class OfficialOptimizers:
     `BertologyTrainer` and GLUE fine-tuning."""
 
     @staticmethod
-    def get_optimizer_cls_and_kwargs(args, model=None):
+    def get_optimizer_cls_and_kwargs(args, model=None, bias_correction: bool = True):
         from transformers import Trainer
 
-        optimizer_cls = official_optimizer(args)
+        optimizer_cls = official_optimizer(args, bias_correction)
         if optimizer_cls is None:
             return Trainer.get_optimizer_cls_and_kwargs(args, model)
         kwargs = {"lr": args.learning_rate, "betas": (args.adam_beta1, args.adam_beta2), "eps": args.adam_epsilon}
