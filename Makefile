@@ -20,6 +20,7 @@ MODEL ?= runs/$(RECIPE)
 TASK ?= sst2
 DATA_DIR ?= ../shared/data/glue/SST-2
 GLUE_OUTPUT_DIR ?= runs/glue-$(TASK)
+GLUE_ARGS ?=
 
 .PHONY: install test test-slow test-gpu test-lowest test-newest mutants pretrain glue bench style quality clean
 
@@ -87,7 +88,7 @@ pretrain: $(STAMP)
 
 glue: $(STAMP)
 	$(PY) -m hf_bertology glue --model_name_or_path $(MODEL) --task_name $(TASK) --data_dir $(DATA_DIR) \
-		--output_dir $(GLUE_OUTPUT_DIR)
+		--output_dir $(GLUE_OUTPUT_DIR) $(GLUE_ARGS)
 
 bench: $(STAMP)
 	@for f in benchmarks/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done

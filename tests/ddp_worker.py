@@ -59,7 +59,7 @@ def one_step(case: dict, output_dir: str, wrap: str = "ddp") -> dict:
     # Dropout off: it draws per row, so half batches would see other masks than the whole batch.
     config = hb.get_recipe(case["recipe"]).config.to_dict()
     no_dropout = {k: 0.0 for k, v in config.items() if "dropout" in k and isinstance(v, float)}
-    # RTD samples replacements at the recipe's temperature (1): the Gumbel noise is keyed by the collator's
+    # RTD samples replacements at the recipe's temperature (1): each target's uniform is keyed by the collator's
     # per-token `sample_keys`, so a row samples alike in a half batch and in the whole one.
     recipe = hb.get_recipe(case["recipe"], **no_dropout)
     tokenizer = AutoTokenizer.from_pretrained(case["tokenizer"])

@@ -263,7 +263,7 @@ def test_accumulated_halves_equal_one_batch():
     full_grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad(set_to_none=True)
 
-    torch.manual_seed(7)  # the halves draw the same Gumbel noise, in the same order, as the full batch
+    torch.manual_seed(7)  # the halves draw the same sampling uniforms, in the same order, as the full batch
     losses, replaced = [], []
     for half in (slice(0, 3), slice(3, 6)):
         out = model(**{k: v[half] for k, v in batch.items()}, num_items_in_batch=counts)

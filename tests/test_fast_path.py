@@ -135,6 +135,31 @@ def test_fallback_raises_errors_of_the_step_itself():
     assert fallback.call(model, lambda m: m is model._orig_mod)  # every later step: eager, without trying again
 
 
+def test_an_error_of_compiled_code_after_a_compiled_step_is_raised(warnings):
+    """Once a compiled step has run, an error the compiled code raises (a kernel's, at run time) is raised as it is:
+    not retried eager, not said as a failed compilation, and the model stays compiled."""
+    calls = []
+
+    def fails_second_time(gm, example_inputs):
+        def run(*args):
+            calls.append(len(args))
+            if len(calls) > 1:
+                raise RuntimeError("illegal memory access in a compiled kernel")
+            return gm.forward(*args)
+
+        return run
+
+    model = torch.compile(torch.nn.Linear(3, 2), backend=fails_second_time)
+    fallback = EagerFallback()
+    assert fallback.call(model, lambda m: m(torch.ones(4, 3))).shape == (4, 2)
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        fallback.call(model, lambda m: m(torch.ones(4, 3)))
+    assert len(calls) == 2 and fallback.failed is None  # the same compiled code, no recompilation
+    assert not [r for r in warnings if "torch.compile" in r.getMessage()]
+    assert fallback.call(model, lambda m: m is model)  # the next step is handed the compiled model
+    torch._dynamo.reset()
+
+
 def test_backward_compilation_fails_inside_the_first_call():
     """AOTAutograd compiles the backward at the first `backward()` by default, outside the call the fallback
     guards: the first compiled call lowers it at once, so a backward that cannot compile falls back there."""

@@ -216,10 +216,11 @@ def test_metrics_at_the_steps_the_trainer_logs(strategy, steps, first, expected)
 
 def test_keyed_noise_is_the_top_24_bits_of_splitmix64():
     """`keyed_uniform` skips SplitMix64's last xor-shift (it leaves the kept top 24 bits alone): still entry (m, v)
-    = the top 24 bits of the full finaliser of `key_m + (v + 1) * golden` (the collators' numpy SplitMix64)."""
+    = the top 24 bits of the full finaliser of `key_m + (v + 1) * golden` (the collators' numpy SplitMix64); in
+    float64, the top 53 bits of the finaliser without that step, counter 1 (sampling's) included."""
     import numpy as np
 
-    from hf_bertology.collators.base import _GOLDEN, _mix64
+    from hf_bertology.collators.base import _GOLDEN, _MIX1, _MIX2, _mix64
     from hf_bertology.models.replaced_token_detection import keyed_uniform
 
     g = torch.Generator().manual_seed(0)
@@ -227,7 +228,12 @@ def test_keyed_noise_is_the_top_24_bits_of_splitmix64():
     with np.errstate(over="ignore"):
         counters = keys.numpy().view(np.uint64)[:, None] + np.arange(1, 38, dtype=np.uint64) * _GOLDEN
         expected = (_mix64(counters) >> np.uint64(40)).astype(np.float64) * 2.0**-24
+        rounds = (counters ^ (counters >> np.uint64(30))) * _MIX1  # `_mix64` but its last step
+        rounds = (rounds ^ (rounds >> np.uint64(27))) * _MIX2
     assert np.array_equal(keyed_uniform(keys, 37).double().numpy(), expected)
+    expected = (rounds >> np.uint64(11)).astype(np.float64) * 2.0**-53
+    assert np.array_equal(keyed_uniform(keys, 37, torch.float64).numpy(), expected)
+    assert np.array_equal(keyed_uniform(keys, 1, torch.float64).numpy(), expected[:, :1])
 
 
 def test_pretrain_computes_accuracies_at_logged_steps_only(tmp_path, corpus_file, monkeypatch):

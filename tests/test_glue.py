@@ -424,6 +424,65 @@ def _predict(model_dir: Path, texts: list[str]) -> np.ndarray:
     return logits.argmax(-1).numpy()
 
 
+def _readme_glue_line(repo: Path) -> list[str]:
+    """The variables the README's one `make glue` line sets (none of those a test gives itself)."""
+    import shlex
+
+    lines = [line for line in (repo / "README.md").read_text().splitlines() if line.startswith("make glue")]
+    assert len(lines) == 1, lines
+    written = shlex.split(lines[0], comments=True)[1:]
+    assert all(arg.split("=")[0] not in ("MODEL", "GLUE_OUTPUT_DIR") for arg in written), written
+    return written
+
+
+def _make_glue(repo: Path, *variables: str, dry_run: bool = False, timeout: int = 60):
+    import subprocess
+    import sys
+
+    # `-o .venv/.installed`, PY: this interpreter, without re-checking the install (it is the one running the tests)
+    command = ["make", "-s", "-C", str(repo), "-o", ".venv/.installed", f"PY={sys.executable}", *(["-n"] * dry_run)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(repo / "src"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return subprocess.run([*command, "glue", *variables], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def test_the_readme_glue_line_is_a_run_of_the_real_data(shared_data):
+    """The README's `make glue` line expands to a `bertology glue` command whose flags parse, whose data folder (the
+    Makefile's `DATA_DIR`) is the real SST-2 beside the checkout, and which takes the line's `GLUE_ARGS`."""
+    import shlex
+
+    repo = Path(__file__).resolve().parents[1]
+    done = _make_glue(repo, *_readme_glue_line(repo), "MODEL=some-model", dry_run=True)
+    assert done.returncode == 0, done.stderr
+    words = shlex.split(done.stdout.replace("\\\n", " "))
+    flags = words[words.index("glue") + 1 :]
+    model_args, data_args, training_args = parse_args(flags)
+    assert model_args.model_name_or_path == "some-model" and data_args.task_name == "sst2"
+    assert (repo / data_args.data_dir).resolve() == (shared_data / "glue" / "SST-2").resolve()
+    assert data_args.max_train_samples == 2000 and training_args.num_train_epochs == 3
+
+
+@pytest.mark.slow
+def test_the_readme_glue_line_runs_as_written(shared_data, tmp_path):
+    """The README's `make glue` line run as written, with only `MODEL` (a tiny BERT of 128 positions instead of
+    `make pretrain`'s) and the folder given: 2,000 SST-2 examples for 3 epochs, then the 872 dev examples."""
+    from transformers import BertConfig, BertForPreTraining, BertTokenizer
+
+    repo = Path(__file__).resolve().parents[1]
+    torch.manual_seed(0)
+    model = tmp_path / "tiny-bert"
+    tokenizer = BertTokenizer().train_new_from_iterator(TEXTS * 5, vocab_size=200)
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=20, max_position_embeddings=128)  # fmt: skip
+    BertForPreTraining(config).save_pretrained(model)
+    tokenizer.save_pretrained(model)
+    out = tmp_path / "glue"
+    done = _make_glue(repo, *_readme_glue_line(repo), f"MODEL={model}", f"GLUE_OUTPUT_DIR={out}", timeout=1800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((out / "all_results.json").read_text())
+    assert results["train_samples"] == 2000 and results["epoch"] == 3.0 and results["eval_samples"] == 872
+
+
 def test_layerwise_decay_zero_trains_only_the_head(tiny_model, tmp_path):
     """decay**(L + 2 - depth) with decay 0 leaves only depth L + 2 (pooler, classifier) a learning rate: the run must
     leave embeddings and encoder exactly as they were, while decay 1 (every depth at the full lr) moves them."""

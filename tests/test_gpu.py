@@ -109,8 +109,8 @@ def test_compiled_padding_free_step_recompiles_a_bounded_number_of_times(corpus_
 @pytest.mark.parametrize("recipe", ["bert-tiny", "electra-tiny"])
 def test_torch_compile_flag_on_cuda_compiles_once(corpus_file, tmp_path, recipe):
     """The README's command with `--torch_compile` on CUDA (inductor, bf16, padding-free, fused AdamW, workers):
-    one graph with dynamic shapes for the whole run, and the loss stays finite (ELECTRA: its Gumbel sampling in
-    fp32 inside the compiled graph)."""
+    one graph with dynamic shapes for the whole run, and the loss stays finite (ELECTRA: its inverse-CDF sampling
+    in float64 inside the compiled graph)."""
     from torch._dynamo.utils import counters
 
     from hf_bertology.training import pretrain

@@ -94,6 +94,14 @@ def test_losses_and_gradients_equal_the_full_layer(corpus, name, layout):
     assert min(rows) < real, (rows, real)
 
 
+@pytest.mark.parametrize("name", [f"{v}-tiny" for v in SUBSET])
+def test_a_recipe_model_runs_it_by_default(corpus, name):
+    """`recipe.build_model()` as `bertology pretrain` builds it, never switched: its last layer (the generator's
+    for RTD) runs on fewer rows than the real tokens."""
+    model, batch = _setup(name, corpus)
+    assert min(_ffn_rows(model, batch)) < int(batch["attention_mask"].sum())
+
+
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_where_it_is_installed(variant):
     """Every masked-LM backbone and RTD generator but XLNet's; an RTD discriminator's is never asked for a subset."""

@@ -25,6 +25,15 @@ def official_adam_weight_decay(data, m, v, grad, lr, beta1, beta2, eps, weight_d
     data.copy_(data - lr * update)
 
 
+def official_tf_adam(data, m, v, grad, lr, beta1, beta2, eps, t):
+    """TensorFlow's `tf.train.AdamOptimizer` update (`training_ops.apply_adam`), which zihangdai/xlnet
+    `model_utils.py:130-133` builds at weight decay 0, transcribed: bias-corrected, ε outside √v, no decay."""
+    m.copy_(beta1 * m + (1.0 - beta1) * grad)
+    v.copy_(beta2 * v + (1.0 - beta2) * grad.square())
+    lr_t = lr * (1.0 - beta2**t) ** 0.5 / (1.0 - beta1**t)
+    data.copy_(data - lr_t * m / (v.sqrt() + eps))
+
+
 def official_lamb(data, m, v, grad, lr, beta1, beta2, eps, weight_decay, layer_adaptation):
     """google-research/albert `lamb_optimizer.py:88-116` (`LAMBOptimizer.apply_gradients`), transcribed."""
     m.copy_(beta1 * m + (1.0 - beta1) * grad)
@@ -65,32 +74,46 @@ def official_xlnet_lr(step, learning_rate, train_steps, warmup_steps, min_lr_rat
 
 def official_spanbert_lr(num_updates, lr, total_num_update, warmup_updates, end_learning_rate=0.0, power=1.0):
     """facebookresearch/SpanBERT `pretraining/fairseq/optim/lr_scheduler/polynomial_decay_schedule.py:57-64`: the
-    rate after `num_updates` updates, used by the next one (transcribed); before the first, `step(epoch)` (:50-55)
-    has set `warmup_factor · lr` with `warmup_factor = 1 / warmup_updates` (:22-23)."""
+    rate after `num_updates` updates, used by the next one (transcribed); before the first, the optimizer's own
+    `lr` (`fairseq/optim/adam.py:38`, `args.lr[0]`): the scheduler sets none when built (:15-28), and its
+    `step(epoch)` (:50-55) runs only at an epoch's end or on loading a checkpoint (`train.py:95,350`)."""
     if num_updates == 0:
-        return lr / warmup_updates if warmup_updates > 0 else lr
+        return lr
     if warmup_updates > 0 and num_updates <= warmup_updates:
         return num_updates / warmup_updates * lr
     return (lr - end_learning_rate) * (1 - num_updates / total_num_update) ** power + end_learning_rate
+
+
+def official_fairseq_lr(num_updates, lr, total_num_update, warmup_updates, end_learning_rate=0.0, power=1.0):
+    """fairseq `3d262bb` `fairseq/optim/lr_scheduler/polynomial_decay_schedule.py:74-89` (`step_update`): the rate
+    after `num_updates` updates, used by the next one (transcribed); the trainer calls `step_update(0)` right after
+    building the scheduler (`fairseq/trainer.py:382`), so the first update runs at 0."""
+    if warmup_updates > 0 and num_updates <= warmup_updates:
+        return num_updates / warmup_updates * lr
+    if num_updates >= total_num_update:
+        return end_learning_rate
+    remaining = 1 - (num_updates - warmup_updates) / (total_num_update - warmup_updates)
+    return (lr - end_learning_rate) * remaining**power + end_learning_rate
 
 
 # -- the recipes' trainers -------------------------------------------------------------------------------------------
 
 
 def recipe_trainer(tmp_path, recipe: str, model=None, **flags):
-    """A BertologyTrainer with `recipe`'s TrainingArguments as `bertology pretrain` settles them, around `model`
-    (the family's tiny model unless given)."""
+    """The recipe's Trainer (`BertologyTrainer`, XLNet's `XLNetTrainer`) with its TrainingArguments as `bertology
+    pretrain` settles them, around `model` (the family's tiny model unless given)."""
     from transformers import TrainingArguments
 
     from hf_bertology.training.arguments import training_arguments
-    from hf_bertology.training.trainer import BertologyTrainer
+    from hf_bertology.training.run_trainer import trainer_class
 
     given = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[], **flags)
-    args = training_arguments(given, hb.get_recipe(recipe), {"use_cpu", "report_to", *flags})
+    settled = hb.get_recipe(recipe)
+    args = training_arguments(given, settled, {"use_cpu", "report_to", *flags})
     if model is None:
         torch.manual_seed(0)
         model = hb.get_recipe(recipe.split("-")[0] + "-tiny").build_model()
-    return BertologyTrainer(model=model, args=args)
+    return trainer_class(settled.variant.trainer_class)(model=model, args=args)
 
 
 def lrs_over(trainer, steps: int) -> list[float]:
@@ -134,18 +157,20 @@ def test_first_step_of_a_gradient_of_ones(tmp_path, recipe):
         ("electra-base", lambda s: official_electra_lr(s, 1e-3, 100, 10), []),
         ("xlnet-base", lambda s: official_xlnet_lr(s, 1e-3, 100, 10, 0.001), []),
         ("spanbert-base", lambda s: official_spanbert_lr(s, 1e-3, 100, 10), [0, 10]),
+        ("roberta-base", lambda s: official_fairseq_lr(s, 1e-3, 100, 10), []),
     ],
 )
 def test_schedule_is_the_official(tmp_path, recipe, official, differ):
     """The recipe's schedule at every step of 100 (10 warmup) equals the official one; at step 50 it is 0.5 of the
-    peak where the decay runs from step 0 (transformers' linear: 0.556). SpanBERT's fairseq sets the rate after
-    update s for update s + 1 and keeps warming up through s = W: it differs at two steps (its first update runs at
-    lr/W where ours runs at 0; at W it is the peak, ours 1 - W/T), as docs/recipes/spanbert.md states."""
+    peak where the decay runs from step 0 (from the warmup's end, as transformers' linear and current fairseq: 0.556).
+    SpanBERT's fairseq sets the rate after update s for update s + 1 and keeps warming up through s = W: it differs
+    at two steps (its first update runs at the peak, the optimizer's own rate, where ours runs at 0; at W it is the
+    peak, ours 1 - W/T), as docs/recipes/spanbert.md states; current fairseq (RoBERTa's) at none."""
     rates = lrs_over(recipe_trainer(tmp_path, recipe, learning_rate=1e-3, max_steps=100, warmup_steps=10), 100)
     expected = [official(step) for step in range(100)]
     assert [s for s in range(100) if rates[s] != pytest.approx(expected[s], abs=1e-12)] == differ
-    if recipe != "xlnet-base":
-        assert rates[50] == pytest.approx(0.5e-3)
+    if recipe != "xlnet-base":  # its decay runs to 0.001 of the peak
+        assert rates[50] == pytest.approx(1e-3 * 5 / 9 if recipe == "roberta-base" else 0.5e-3)
 
 
 def test_electra_warmup_runs_with_the_decay(tmp_path):
@@ -237,6 +262,25 @@ def test_xlnet_decays_its_relative_biases(tmp_path):
     decays = decay_of(trainer)
     assert decays["transformer.layer.0.rel_attn.r_w_bias"] == 0.01 == decays["transformer.layer.0.rel_attn.r_s_bias"]
     assert decays["transformer.layer.0.rel_attn.layer_norm.weight"] == 0.0 == decays["lm_loss.bias"]
+
+
+def test_xlnet_without_weight_decay_takes_bias_corrected_adam(tmp_path):
+    """xlnet `model_utils.py:130-139` picks its optimizer by the weight decay: at `--weight_decay 0`, TF's
+    `AdamOptimizer`. 30 steps of xlnet-base's arguments (warmup and decay) equal its transcription parameter by
+    parameter, at ε 1e-12 (torch adds ε to √v̂, TF to √v: at the recipe's 1e-6 they part by ~1e-6 where a weight is
+    near 0, docs/recipes/xlnet.md); `--optim_args bias_correction=False` keeps the uncorrected update."""
+    flags = {"learning_rate": 1e-2, "max_steps": 30, "warmup_steps": 5, "adam_epsilon": 1e-12}
+    trainer = recipe_trainer(tmp_path, "xlnet-base", weight_decay=0.0, **flags)
+    assert type(trainer.create_optimizer()) is torch.optim.AdamW
+    counts = {}
+
+    def update(data, m, v, grad, lr, exempt):
+        counts[id(data)] = t = counts.get(id(data), 0) + 1
+        official_tf_adam(data, m, v, grad, lr, 0.9, 0.999, 1e-12, t)
+
+    steps_against_transcription(trainer, update, lambda step: official_xlnet_lr(step, 1e-2, 30, 5, 0.001), 30)
+    kept = recipe_trainer(tmp_path, "xlnet-base", weight_decay=0.0, optim_args="bias_correction=False")
+    assert type(kept.create_optimizer()) is AdamWNoBiasCorrection
 
 
 @pytest.mark.parametrize("recipe", ["bert-base", "electra-base", "albert-base"])

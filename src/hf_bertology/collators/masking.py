@@ -101,8 +101,9 @@ class DataCollatorForMaskedLM(Treatment, WordStartLookup, ExampleSeeded):
     `word_starts`, `example_id` (not passed on), and per-example labels (`next_sentence_label`, ...) that are passed through.
     Output: `input_ids`, `attention_mask`, `labels` (-100 where nothing is predicted), and the pass-through keys.
     With `return_sample_keys=True` (set by `from_config` for replaced-token detection), also `sample_keys` `(B, L)`
-    int64: a key per token from the same (seed, epoch, example id, position) draws, from which the generator builds
-    its Gumbel sampling noise, so that two processes sample what one process would for the same examples.
+    int64: a key per token from the same (seed, epoch, example id, position) draws, from which the model hashes each
+    target's sampling uniform (inverse CDF), so that two processes sample what one process would for the same
+    examples.
     """
 
     tokenizer: PreTrainedTokenizerBase

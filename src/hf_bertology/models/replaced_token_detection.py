@@ -25,11 +25,11 @@ POSITION_TABLE = "embeddings.position_embeddings.weight"
 OTHER_TABLES = (POSITION_TABLE, "embeddings.token_type_embeddings.weight")
 
 
-def keyed_uniform(keys: torch.Tensor, size: int) -> torch.Tensor:
-    """`(M, size)` float32 uniforms in [0, 1): entry (m, v) a hash of `keys[m]` (int64) and v (SplitMix64 on a
-    counter, as hf_bertology's collators draw their masks), so the noise of an example's token does not depend on
-    the process, the batch or the random state; 24 random bits, exact in float32. Sampling reads one a row
-    (`size=1`)."""
+def keyed_uniform(keys: torch.Tensor, size: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """`(M, size)` uniforms in [0, 1): entry (m, v) a hash of `keys[m]` (int64) and v (SplitMix64 on a counter, as
+    hf_bertology's collators draw their masks), so the noise of an example's token does not depend on the process,
+    the batch or the random state. The top 24 bits (float32) or 53 (float64, whose top 24 are float32's) of
+    SplitMix64's finaliser without its last step, each exact. Sampling reads one float64 a row (`size=1`)."""
     golden, mix1, mix2 = -7046029254386353131, -4658895280553007687, -7723592293110705685  # SplitMix64's, signed
     golden_inverse = -1018231460777725123  # golden * golden_inverse = 1 (mod 2**64): golden is odd
 
@@ -47,27 +47,44 @@ def keyed_uniform(keys: torch.Tensor, size: int) -> torch.Tensor:
         x = torch.add(keys[:, None], counters, alpha=golden)  # (M, size): key + v * golden, wrapping int64
     x = (x ^ shift(x, 30)) * mix1
     x = (x ^ shift(x, 27)) * mix2
-    # SplitMix64's last step, x ^ (x >>> 31), leaves bits 40-63 as they are, and only those are kept: skipped.
-    # int64 times a float is float32 (24-bit integers: exact), in one operation.
-    return shift(x, 40) * 2.0**-24
+    # SplitMix64's last step, x ^ (x >>> 31), leaves bits 40-63 as they are: float32's are SplitMix64's. Below them
+    # it changes bits 11-32 of float64's, which two rounds have mixed already and which only place a draw within a
+    # 2**-24 slice: skipped too, three operations a step (tests/test_keyed_sampling.py: uniform below 2**-24).
+    if dtype == torch.float64:  # (53-bit integers: exact); int64 times a float would be float32
+        return shift(x, 11).double() * 2.0**-53
+    return shift(x, 40) * 2.0**-24  # int64 times a float is float32 (24-bit integers: exact), in one operation
+
+
+def softmax_cdf(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """`(M, V)` float64: the running sums of `softmax(logits / temperature)` computed in float64 (the division too),
+    the CDF `sample_tokens` inverts. A float32 softmax and running sum were off the softmax by a total variation of
+    3e-4 at 30k tokens, 1e-3 at 128k (`benchmarks/rtd_sampling_accuracy.py`, docs/speed.md)."""
+    if temperature != 1.0:
+        logits = logits.double() / temperature
+    return torch.softmax(logits, -1, dtype=torch.float64).cumsum_(-1)
 
 
 @torch.no_grad()
 def sample_tokens(logits: torch.Tensor, temperature: float = 1.0, keys: torch.Tensor | None = None) -> torch.Tensor:
     """Token ids drawn from `softmax(logits / temperature)` (ELECTRA's `sample_from_softmax`), one uniform a row:
-    the first token whose cumulative probability exceeds it (inverse CDF), in fp32, without gradient.
+    the first token whose cumulative probability exceeds it (inverse CDF), in float64, without gradient.
 
     ELECTRA draws Gumbel noise for every (row, token), (M, V) random values; the inverse CDF gives the same
     distribution from M (issue 44: 75M hashed values per ELECTRA-small step before). `keys` (`(M,)` int64) make
-    row m's uniform a hash of its key (`keyed_uniform`), else it comes from torch's random state. A token of
-    probability 0 (the original under `disallow`: its logit -1e9) is never drawn: the CDF is flat across it.
+    row m's uniform a hash of its key (`keyed_uniform`), else it comes from torch's random state; 53 bits either
+    way, so a token of probability below 2**-24 is drawn at its rate. A token of probability 0 (the original under
+    `disallow`: its logit -1e9) is never drawn: the CDF is flat across it.
     """
-    logits = logits.float()
-    cdf = (logits if temperature == 1.0 else logits / temperature).softmax(-1).cumsum(-1)  # (M, V), non-decreasing
+    cdf = softmax_cdf(logits, temperature)  # (M, V), non-decreasing
     total = cdf[:, -1:]  # (M, 1): 1 up to rounding
-    uniform = torch.rand(len(cdf), 1, device=cdf.device) if keys is None else keyed_uniform(keys, 1)
-    # u (24 bits, at most 1 - 2**-24) times a total in (0.5, 2) rounds to below the total (to nearest, its distance
-    # exceeds half a unit in the last place): the first index whose cdf exceeds it is inside the vocabulary
+    uniform = (
+        torch.rand(len(cdf), 1, device=cdf.device, dtype=torch.float64)
+        if keys is None
+        else keyed_uniform(keys, 1, torch.float64)
+    )
+    # u (at most 1 - 2**-53) times the total rounds to below the total (to nearest: its distance exceeds half a unit
+    # in the last place, or at a power of 2 the product is exact): the first index whose cdf exceeds it is inside
+    # the vocabulary
     return torch.searchsorted(cdf, uniform * total, right=True).squeeze(1)  # (M,)
 
 

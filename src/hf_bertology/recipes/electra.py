@@ -34,7 +34,7 @@ VARIANT = Variant(
         Network("generator", ElectraForMaskedLM, "generator.", lambda joint: generator_config(joint.config)),
     ),
     card_objective="replaced-token detection: generator MLM (exact count, 85% [MASK] / 15% kept) + 50 x "
-    "discriminator BCE over all tokens on Gumbel-sampled replacements, shared embeddings",
+    "discriminator BCE over all tokens on replacements sampled from the generator (inverse CDF), shared embeddings",
 )
 
 # ELECTRA: google-research/electra configure_pretraining.py and Table 6 of Clark et al. (docs/recipes/electra.md):

@@ -38,8 +38,8 @@ VARIANT = Variant(
 # XLNet: Yang et al. (paper, Large: batch 8192, 500k steps, lr 4e-4, warmup 40k, linear decay, Adam eps 1e-6, wd 0.01)
 # and zihangdai/xlnet (clip 1.0) (docs/recipes/xlnet.md). The paper gives one schedule; base reuses it. With weight
 # decay the official optimizer is AdamWeightDecay (model_utils.py:134-139: no bias correction; r_s/r_r/r_w_bias
-# decay, other biases and LayerNorm do not, :305,370-382); decay from the warmup's end to min_lr_ratio 0.001
-# (:107-112, train.py:57).
+# decay, other biases and LayerNorm do not, :305,370-382), at 0 TF's bias-corrected Adam (:130-133): XLNetTrainer
+# chooses by the weight decay; decay from the warmup's end to min_lr_ratio 0.001 (:107-112, train.py:57).
 XLNET_TRAINING = {
     "learning_rate": 4e-4,
     "adam_beta1": 0.9,
@@ -51,7 +51,7 @@ XLNET_TRAINING = {
     "global_batch_size": 8192,
     "lr_scheduler_type": "linear",
     "lr_scheduler_kwargs": {"min_lr_ratio": 0.001},
-    "optim_args": "bias_correction=False,include_in_weight_decay=r_s_bias|r_r_bias|r_w_bias",
+    "optim_args": "include_in_weight_decay=r_s_bias|r_r_bias|r_w_bias",
     "max_grad_norm": 1.0,
 }
 # The official SentencePiece ids: <unk> 0, <s> 1, </s> 2, <cls> 3, <sep> 4, <pad> 5, <mask> 6, <eod> 7, <eop> 8.

@@ -223,10 +223,10 @@ class OfficialOptimizers:
     `BertologyTrainer` and GLUE fine-tuning."""
 
     @staticmethod
-    def get_optimizer_cls_and_kwargs(args, model=None):
+    def get_optimizer_cls_and_kwargs(args, model=None, bias_correction: bool = True):
         from transformers import Trainer
 
-        optimizer_cls = official_optimizer(args)
+        optimizer_cls = official_optimizer(args, bias_correction)
         if optimizer_cls is None:
             optimizer_cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(args, model)
             optim = getattr(args.optim, "value", args.optim)  # keys transformers passes as text, with their types

@@ -19,6 +19,7 @@ from torch.utils.data import Dataset, SequentialSampler
 
 from ..collators.base import EXAMPLE_ID
 from ..utils import BertologyError, logger
+from .optimizers import OfficialOptimizers
 from .trainer import BertologyTrainer, is_map_style
 
 MEMS_FILE = "xlnet_mems_{rank}.safetensors"  # one per process: each carries the memory of its own streams
@@ -69,6 +70,12 @@ class XLNetTrainer(BertologyTrainer):
                 self.train_dataset = StreamBatches(
                     self.train_dataset, self.args.train_batch_size, self.args.world_size
                 )
+
+    @staticmethod
+    def get_optimizer_cls_and_kwargs(args, model=None):
+        """zihangdai/xlnet `model_utils.py:130-139`: AdamWeightDecay, without bias correction, where weight decay is
+        on; TF's `AdamOptimizer`, bias-corrected, at `weight_decay == 0`; `--optim_args bias_correction=` wins."""
+        return OfficialOptimizers.get_optimizer_cls_and_kwargs(args, model, bias_correction=args.weight_decay == 0)
 
     def _get_train_sampler(self, train_dataset=None):
         dataset = train_dataset if train_dataset is not None else self.train_dataset
