@@ -32,6 +32,20 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def run_worker(launcher: list[str], worker: str, spec, tmp_path, timeout: int) -> subprocess.CompletedProcess:
+    """`launcher` (torchrun, accelerate) running tests/`worker` on `spec`; it must exit 0."""
+    done = subprocess.run(
+        [*launcher, str(REPO / "tests" / worker), str(spec)],
+        env=subprocess_env(MASTER_ADDR="127.0.0.1"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-6000:])
+    return done
+
+
 def launch(launcher: list[str], tmp_path, recipes: list[str] | None = None, wrap: str = "ddp") -> list[dict]:
     corpus = write_corpus(tmp_path / "corpus.txt", n_docs=30)
     cases = []
@@ -44,15 +58,7 @@ def launch(launcher: list[str], tmp_path, recipes: list[str] | None = None, wrap
         )
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"cases": cases, "result": str(tmp_path / "result.json"), "wrap": wrap}))
-    done = subprocess.run(
-        [*launcher, str(REPO / "tests" / "ddp_worker.py"), str(spec)],
-        env=subprocess_env(MASTER_ADDR="127.0.0.1"),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-6000:])
+    run_worker(launcher, "ddp_worker.py", spec, tmp_path, timeout=900)
     ranks = json.loads((tmp_path / "result.json").read_text())
     assert len(ranks) == 2
     for case in cases:
@@ -270,15 +276,7 @@ def held_runs(tmp_path, processes: int, corpus, tokenizers: dict) -> dict[str, P
     spec = tmp_path / f"spec-{processes}.json"
     spec.write_text(json.dumps({"runs": runs, "result": str(tmp_path / f"result-{processes}.json")}))
     launcher = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
-    done = subprocess.run(
-        [*launcher, str(REPO / "tests" / "runs_worker.py"), str(spec)],
-        env=subprocess_env(MASTER_ADDR="127.0.0.1"),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-6000:])
+    done = run_worker(launcher, "runs_worker.py", spec, tmp_path, timeout=600)
     assert json.loads((tmp_path / f"result-{processes}.json").read_text()) == [0] * len(runs)
     assert done.stderr.count(line) == len(runs), done.stderr[-6000:]
     return folders
@@ -338,15 +336,7 @@ def test_resume_on_another_process_count_continues_the_run(tmp_path):
     runs = [run("two-then-one", 2), run("one-then-two", 4, *resume)]
     spec.write_text(json.dumps({"runs": runs, "result": str(tmp_path / "result.json")}))
     launcher = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    done = subprocess.run(
-        [*launcher, str(REPO / "tests" / "runs_worker.py"), str(spec)],
-        env=subprocess_env(MASTER_ADDR="127.0.0.1"),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-6000:])
+    done = run_worker(launcher, "runs_worker.py", spec, tmp_path, timeout=600)
     assert json.loads((tmp_path / "result.json").read_text()) == [0, 0]
     assert "saved by 1 process, on 2 processes: the global batch 8 is held" in done.stderr, done.stderr[-6000:]
     assert cli.main(["pretrain", *run("two-then-one", 4, *resume)]) == 0
