@@ -257,7 +257,9 @@ def test_kill_and_resume_every_variant(recipe, tmp_path):
 def test_xlnet_resumed_at_an_epoch_end_starts_its_memory_again(tmp_path):
     """Killed after a checkpoint at an epoch's end: the next epoch starts every stream again, so the memory that
     checkpoint holds is not restored (the uninterrupted run's next step attends to none)."""
-    run_kill_and_resume("xlnet-tiny", tmp_path, max_steps=10, save_steps=5, forked=True, n_docs=6)
+    # one micro-batch a step (the tiny preset's global batch is 8, the flags' micro-batch 4), so step 5 ends the epoch
+    one = ("--gradient_accumulation_steps", "1")
+    run_kill_and_resume("xlnet-tiny", tmp_path, *one, max_steps=10, save_steps=5, forked=True, n_docs=6)
     state = json.loads((tmp_path / "reference" / "checkpoint-5" / "trainer_state.json").read_text())
     assert state["epoch"] == 1.0  # 22 examples: 5 batches of 4 an epoch
     assert (tmp_path / "killed-0" / "checkpoint-5" / "xlnet_mems_0.safetensors").is_file()
