@@ -17,6 +17,7 @@ from .utils import run_command
 # sub-command -> (module, one-line help); modules are imported only when their command runs.
 COMMANDS: dict[str, tuple[str, str]] = {
     "pretrain": ("hf_bertology.training.pretrain", "pretrain a recipe on a corpus and write a Hub-format folder"),
+    "prepare": ("hf_bertology.training.prepare", "train the tokenizer and build the examples once, for later runs"),
     "glue": ("hf_bertology.evaluation.glue.run", "fine-tune a checkpoint on a GLUE task and report its dev metric"),
     "export": ("hf_bertology.export", "write a vanilla transformers folder (e.g. an ELECTRA discriminator/generator)"),
     "compare": ("hf_bertology.evaluation.compare", "pretrain recipes at equal compute, fine-tune on GLUE, report"),

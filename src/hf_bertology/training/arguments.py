@@ -115,7 +115,17 @@ class DataArguments:
     streaming: bool = field(
         default=False, metadata={"help": "Stream the corpus (larger than memory); needs --max_steps."}
     )
-    overwrite_cache: bool = field(default=False, metadata={"help": "Recompute the cached datasets."})
+    overwrite_cache: bool = field(
+        default=False, metadata={"help": "Prepare the data again: retrain the tokenizer, rebuild the examples."}
+    )
+    prepared_data_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Where the prepared data (a trained tokenizer, the examples) is kept, keyed by corpus, recipe and "
+            "tokenizer, for later runs and every process (default: HF_DATASETS_CACHE/hf_bertology/prepared; on "
+            "several nodes, a folder they all see)."
+        },
+    )
     overwrite_output_dir: bool = field(
         default=False,
         metadata={

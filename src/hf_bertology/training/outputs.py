@@ -41,7 +41,6 @@ def write_outputs(trainer, recipe: Recipe, data_args: DataArguments, metrics: di
             shutil.rmtree(aside, ignore_errors=True)
             raise final_write_failed(output_dir, err) from None
         move_into_place(aside, output_dir)
-        shutil.rmtree(output_dir / "tokenizer-trained", ignore_errors=True)  # the ranks' hand-over copy
         logger.info("wrote %s", output_dir)
         pushing = push_args is not None and push_args.push_to_hub
         commit_url = push_from_training_args(output_dir, push_args) if pushing else None

@@ -83,7 +83,7 @@ def run_pretraining(
                 return finished
         set_seed(training_args.seed)
         corpus, eval_corpus = load_corpora(data_args, training_args)
-        tokenizer = build_tokenizer(model_args, recipe, corpus, training_args, resume_from)
+        tokenizer = build_tokenizer(model_args, recipe, corpus, training_args, resume_from, data_args)
         recipe = settle_recipe(recipe, tokenizer, data_args, model_args)  # the run's values: later steps read them
         collator = recipe.build_collator(tokenizer)  # fails early on a tokenizer without a mask token
         model = build_model(recipe, model_args)

@@ -18,7 +18,9 @@ from ..recipes.networks import Kind, is_joint, kind_of
 from ..recipes.recipe import Recipe
 from ..recipes.registry import get_recipe
 from ..utils import BertologyError, logger
+from ..data.prepared import prepared_key
 from .arguments import DataArguments, ModelArguments
+from .corpora import corpus_identity, find_prepared, prepared_store
 from .input_checks import check_config
 from .phases import check_phase_start
 
@@ -271,38 +273,53 @@ def check_lengths(config, max_seq_length: int) -> None:
 
 
 def build_tokenizer(
-    model_args: ModelArguments, recipe: Recipe, corpus, training_args: TrainingArguments, resume_from: str | None
+    model_args: ModelArguments,
+    recipe: Recipe,
+    corpus,
+    training_args: TrainingArguments,
+    resume_from: str | None,
+    data_args: DataArguments | None = None,
 ):
     """The tokenizer: `--tokenizer_name`, the checkpoint's, the resumed checkpoint's, or the family's tokenizer
-    trained on the corpus (`--vocab_size`, `--tokenizer_train_samples`) by rank 0 and loaded by the other ranks."""
+    trained on the corpus (`--vocab_size`, `--tokenizer_train_samples`) once: rank 0 trains it into a prepared entry
+    keyed by the corpus and the recipe's tokenizer (`data.prepared`), and every rank, and every later run, loads it."""
     tokenizer_source = model_args.tokenizer_name or model_args.model_name_or_path
     if tokenizer_source is None and resume_from and (Path(resume_from) / "tokenizer_config.json").is_file():
         tokenizer_source = resume_from  # resuming: the tokenizer the checkpoint was trained with, not a new one
     if tokenizer_source:
         return load_tokenizer(tokenizer_source)
-    texts = corpus["text"] if isinstance(corpus, datasets.Dataset) else (row["text"] for row in corpus)
     limit = model_args.tokenizer_train_samples
-    if limit is not None:
-        texts = (
-            corpus.select(range(min(limit, len(corpus))))["text"]
-            if isinstance(corpus, datasets.Dataset)
-            else (row["text"] for row in corpus.take(limit))
-        )
+    vocab_size = model_args.vocab_size or recipe.vocab_size
+    store = prepared_store(data_args)
+    key = prepared_key(
+        "tokenizer",
+        corpus=corpus_identity(corpus, data_args or DataArguments()),
+        tokenizer_type=recipe.tokenizer_type,
+        tokenizer_class=recipe.variant.tokenizer_class,
+        tokenizer_kwargs=recipe.tokenizer_kwargs,
+        vocab_size=vocab_size,
+        tokenizer_train_samples=limit,
+    )
+    overwrite = data_args is not None and data_args.overwrite_cache
     # One process trains and saves; the others load its files: `tokenizers` breaks ties between equally
     # frequent merges differently from run to run, so ranks that each trained their own would disagree.
-    shared = Path(training_args.output_dir) / "tokenizer-trained"
-    with training_args.main_process_first(desc="training the tokenizer"):
-        if training_args.process_index == 0:
+    with training_args.main_process_first(local=False, desc="training the tokenizer"):
+        folder = find_prepared(store, "tokenizer", key, training_args, overwrite)
+        if folder is None:
+            texts = corpus["text"] if isinstance(corpus, datasets.Dataset) else (row["text"] for row in corpus)
+            if limit is not None:
+                texts = (
+                    corpus.select(range(min(limit, len(corpus))))["text"]
+                    if isinstance(corpus, datasets.Dataset)
+                    else (row["text"] for row in corpus.take(limit))
+                )
             try:
                 tokenizer = recipe.train_tokenizer(texts, model_args.vocab_size)
             except Exception as err:  # `tokenizers` raises a bare Exception ("vocabulary is not large enough")
-                size = model_args.vocab_size or recipe.vocab_size
-                raise BertologyError(f"could not train a {size}-token tokenizer on the corpus: {err}") from None
-            if training_args.world_size > 1:
-                tokenizer.save_pretrained(shared)
-        else:
-            tokenizer = load_tokenizer(str(shared))
-    return tokenizer
+                raise BertologyError(f"could not train a {vocab_size}-token tokenizer on the corpus: {err}") from None
+            manifest = {"recipe": recipe.name, "vocab_size": vocab_size, "tokenizer_train_samples": limit}
+            folder = store.write("tokenizer", key, tokenizer.save_pretrained, manifest, replace=overwrite)
+    return load_tokenizer(str(folder))  # the same object on every rank and in every later run
 
 
 def settle_recipe(recipe: Recipe, tokenizer, data_args: DataArguments, model_args: ModelArguments) -> Recipe:
