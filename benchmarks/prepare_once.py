@@ -117,8 +117,10 @@ def main() -> None:
         rows.append(row)
         print(json.dumps(row))
     print()
-    print("| workers | ours cold | ours cold, tokenizer given | ours second run | ratio | run_mlm cold | run_mlm second "
-          "run | ratio |")
+    print(
+        "| workers | ours cold | ours cold, tokenizer given | ours second run | ratio | run_mlm cold | run_mlm second "
+        "run | ratio |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(

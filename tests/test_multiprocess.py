@@ -122,7 +122,8 @@ def tiny_pretrain_flags(words: list[str], corpus, output_dir) -> list[str]:
 
 def check_one_job(done: subprocess.CompletedProcess, tmp_path, corpus, output_dir) -> None:
     """Two ranks are one job holding the recipe's global batch B: B/2 per device, said in one line; tokens seen
-    equal one process's with batch B (same seed, so the same order of examples), and one process wrote the folder.
+    equal one process's with batch B (same seed, so the same order of examples), and one process wrote the folder;
+    rank 0 trained the tokenizer and built the examples, rank 1 reused them (docs/pretraining.md, "Prepared once").
     Independent ranks would each say one process, and both would write."""
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-6000:])
     assert (output_dir / "model.safetensors").is_file()
@@ -130,6 +131,9 @@ def check_one_job(done: subprocess.CompletedProcess, tmp_path, corpus, output_di
     batch = hb.get_recipe("bert-tiny").training_defaults["global_batch_size"]
     line = f"global batch {batch} = {batch // 2} per device x 2 processes x 1 accumulation step"
     assert done.stderr.count(line) == 1, done.stderr[-6000:]
+    for kind in ("tokenizer", "examples"):  # rank 0 prepared the data once, rank 1 read what it wrote
+        assert done.stderr.count(f"prepared {kind} once") == 1, done.stderr[-6000:]
+        assert done.stderr.count(f"reusing the prepared {kind}") == 1, done.stderr[-6000:]
     job = json.loads((output_dir / "all_results.json").read_text())
     single = tmp_path / "single"
     argv = ["--recipe", "bert-tiny", "--train_file", str(corpus), "--output_dir", str(single),

@@ -119,7 +119,9 @@ def build_datasets(
 def make_examples(source, tokenizer, recipe: Recipe, data_args: DataArguments, seed: int):
     """A corpus's examples: tokenized (`datasets.map`, with progress bars), then built in the recipe's format."""
     num_proc = data_args.preprocessing_num_workers
-    tokenized = tokenize_corpus(source, tokenizer, num_proc=num_proc, load_from_cache_file=not data_args.overwrite_cache)
+    tokenized = tokenize_corpus(
+        source, tokenizer, num_proc=num_proc, load_from_cache_file=not data_args.overwrite_cache
+    )
     return build_pretraining_dataset(tokenized, tokenizer, recipe.config, recipe.max_seq_length, seed, num_proc)
 
 

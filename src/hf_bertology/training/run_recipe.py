@@ -11,6 +11,7 @@ from pathlib import Path
 import datasets
 from transformers import AutoTokenizer, TrainingArguments
 
+from ..data.prepared import prepared_key
 from ..joint import check_weights, joint_config, load_parts, read_weights
 from ..recipes.backbones import BACKBONES, backbone_of
 from ..recipes.base import check_override_keys, parse_overrides
@@ -18,7 +19,6 @@ from ..recipes.networks import Kind, is_joint, kind_of
 from ..recipes.recipe import Recipe
 from ..recipes.registry import get_recipe
 from ..utils import BertologyError, logger
-from ..data.prepared import prepared_key
 from .arguments import DataArguments, ModelArguments
 from .corpora import corpus_identity, find_prepared, prepared_store
 from .input_checks import check_config
