@@ -64,6 +64,7 @@ def test_a_second_run_reuses_the_tokenizer_and_the_examples(setup, monkeypatch, 
     [
         (("--max_seq_length", "48"), False),
         (("--seed", "7"), False),
+        (("--preprocessing_num_workers", "2"), False),  # blocks never span two workers' shards
         (("--config_overrides", "short_seq_prob=0.3"), False),  # a recipe data field (data.DATA_FIELDS)
         (("--vocab_size", "320"), True),  # another tokenizer, so other examples
         (("--tokenizer_train_samples", "20"), True),

@@ -127,7 +127,8 @@ def make_examples(source, tokenizer, recipe: Recipe, data_args: DataArguments, s
 
 def prepared_examples(corpus, eval_corpus, tokenizer, recipe: Recipe, data_args: DataArguments, training_args):
     """The examples of a map-style corpus (and of the held-out one), read from the entry keyed by the corpora, the
-    tokenizer, the recipe's data fields (`data.data_settings`), the length and the seed; made and written first
+    tokenizer, the recipe's data fields (`data.data_settings`), the length, the seed and the worker count; made and
+    written first
     when there is none (or with `--overwrite_cache`). Every rank reads the same entry."""
     store = prepared_store(data_args)
     key = prepared_key(
@@ -138,6 +139,8 @@ def prepared_examples(corpus, eval_corpus, tokenizer, recipe: Recipe, data_args:
         settings=data_settings(recipe.config),
         max_seq_length=recipe.max_seq_length,
         seed=training_args.seed,
+        # a builder's map batch never spans two workers' shards: blocks and draws follow the worker count
+        workers=data_args.preprocessing_num_workers or 1,
     )
     folder = find_prepared(store, "examples", key, training_args, data_args.overwrite_cache)
     if folder is None:
