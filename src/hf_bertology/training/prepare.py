@@ -12,6 +12,7 @@ runs. Prints where they are. `--output_dir` is not needed.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 from ..utils import run_command, set_verbosity
@@ -28,16 +29,18 @@ def main(argv: list[str] | None = None) -> dict:
     recipe = build_recipe(model_args)
     training_args = training_arguments(training_args, recipe, explicit, data_args.streaming)
     check_sizes(model_args, data_args, training_args)
+    start = time.perf_counter()
     corpus, eval_corpus = load_corpora(data_args, training_args)
     tokenizer = build_tokenizer(model_args, recipe, corpus, training_args, None, data_args)
     settled = settle_recipe(recipe, tokenizer, data_args, model_args)
     train_dataset, eval_dataset = build_datasets(corpus, eval_corpus, tokenizer, settled, data_args, training_args)
+    seconds = time.perf_counter() - start
     result = {"tokenizer_dir": tokenizer.name_or_path}
     if hasattr(train_dataset, "cache_files") and not data_args.streaming:
         result.update(train_examples=len(train_dataset), examples_dir=prepared_folder(train_dataset))
         print(
             f"prepared {len(train_dataset):,} training examples in {result['examples_dir']} (tokenizer: "
-            f"{result['tokenizer_dir']}); `bertology pretrain` with the same flags reuses them"
+            f"{result['tokenizer_dir']}) in {seconds:.1f} s; `bertology pretrain` with the same flags reuses them"
         )
     else:
         print("--streaming: the examples are made as the stream is read; only a trained tokenizer is kept")
