@@ -35,10 +35,11 @@ def default_root() -> Path:
     return Path(datasets.config.HF_DATASETS_CACHE) / "hf_bertology" / "prepared"
 
 
-def code_identity() -> str:
-    """What the data code is: this package's sources and the versions of `datasets` and `tokenizers`."""
+def code_identity(*sources: str | os.PathLike) -> str:
+    """What the data code is: this package's sources, any further `sources` (the caller's module that runs the
+    steps), and the versions of `datasets` and `tokenizers`."""
     digest = hashlib.sha256(f"{datasets.__version__} {tokenizers.__version__}".encode())
-    for source in sorted(Path(__file__).parent.glob("*.py")):
+    for source in [*sorted(Path(__file__).parent.glob("*.py")), *map(Path, sources)]:
         digest.update(source.name.encode() + source.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -59,10 +60,11 @@ def files_identity(paths) -> str:
     return hashlib.sha256(json.dumps(stats).encode()).hexdigest()[:16]
 
 
-def prepared_key(kind: str, **ingredients) -> str:
+def prepared_key(kind: str, steps: str | os.PathLike | None = None, **ingredients) -> str:
     """The key of an entry of `kind` ("tokenizer", "examples"): a hash of every ingredient (JSON-able values) and of
-    the data code."""
-    payload = json.dumps({"kind": kind, "code": code_identity(), **ingredients}, sort_keys=True, default=str)
+    the data code (`code_identity`, with the module `steps` that calls the builders)."""
+    code = code_identity(*([steps] if steps else []))
+    payload = json.dumps({"kind": kind, "code": code, **ingredients}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:20]
 
 

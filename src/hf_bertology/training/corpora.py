@@ -133,6 +133,7 @@ def prepared_examples(corpus, eval_corpus, tokenizer, recipe: Recipe, data_args:
     store = prepared_store(data_args)
     key = prepared_key(
         "examples",
+        steps=__file__,  # `make_examples`: how the builders are called
         corpus=corpus_identity(corpus, data_args),
         eval_corpus=corpus_identity(eval_corpus, data_args) if eval_corpus is not None else None,
         tokenizer=tokenizer_identity(tokenizer),
