@@ -115,15 +115,13 @@ class DataArguments:
     streaming: bool = field(
         default=False, metadata={"help": "Stream the corpus (larger than memory); needs --max_steps."}
     )
-    overwrite_cache: bool = field(
-        default=False, metadata={"help": "Prepare the data again: retrain the tokenizer, rebuild the examples."}
-    )
+    overwrite_cache: bool = field(default=False, metadata={"help": "Prepare the tokenizer and examples again."})
     prepared_data_dir: str | None = field(
         default=None,
         metadata={
-            "help": "Where the prepared data (a trained tokenizer, the examples) is kept, keyed by corpus, recipe and "
-            "tokenizer, for later runs and every process (default: HF_DATASETS_CACHE/hf_bertology/prepared; on "
-            "several nodes, a folder they all see)."
+            "help": "Where the prepared data (a trained tokenizer, the examples), keyed by corpus, recipe and tokenizer, "
+            "is kept for later runs and every process (default: HF_DATASETS_CACHE/hf_bertology/prepared; on several "
+            "nodes, a folder they all see)."
         },
     )
     overwrite_output_dir: bool = field(
