@@ -117,3 +117,9 @@ def test_the_sweep_script_records_each_candidates_held_out_evaluations(tmp_path,
     for row in rows:
         assert [e["step"] for e in row["evaluations"]] == [0, 2, 4]
         assert all(0.0 <= e["eval_disc_auc"] <= 1.0 for e in row["evaluations"])
+    # The family page's table (benchmarks/sweep_table.py): a row a candidate, the winner (highest AUC) in bold.
+    table = subprocess.run([sys.executable, str(script.with_name("sweep_table.py")), str(output)],
+                           capture_output=True, text=True, check=True).stdout.splitlines()  # fmt: skip
+    assert table[0].startswith("| lr | warmup | other changes | AUC @0 | AUC @2 | AUC @4 |") and len(table) == 4
+    best = max(rows, key=lambda row: row["evaluations"][-1]["eval_disc_auc"])
+    assert [line.startswith("| **") for line in table[2:]] == [row is best for row in rows]
