@@ -15,6 +15,7 @@ from transformers import AutoModel, AutoModelForMaskedLM, RobertaConfig
 
 from hf_bertology.collators.flatten import flatten_batch
 from hf_bertology.data import build_pretraining_dataset, load_corpus, tokenize_corpus
+from hf_bertology.models.step import backbone_inputs
 from hf_bertology.recipes import BACKBONES, VARIANTS, get_recipe
 from hf_bertology.training import pretrain
 from hf_bertology.training.attention import PACKED_ATTENTION, set_attention, use_padding_free
@@ -422,9 +423,8 @@ def test_cell_no_example_sees_another_in_a_packed_row(cell, corpus, tokenizers):
     cu = flat["cu_seq_lens_q"].long()
     table = model.base_model.get_input_embeddings()
     embeds = table(flat["input_ids"]).detach().requires_grad_(True)  # (1, T, E)
-    inputs = model._backbone_inputs(None, flat.get("token_type_ids"), flat["position_ids"], {
-        key: flat[key] for key in ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
-    })  # fmt: skip
+    keys = ("token_type_ids", "position_ids", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
+    inputs = backbone_inputs(model.base_model, None, {key: flat[key] for key in keys if key in flat})
     hidden = model.base_model(inputs_embeds=embeds, **inputs).last_hidden_state  # (1, T, H)
     probe = torch.randn(hidden.shape[1:], generator=torch.Generator().manual_seed(0))
     for j in range(len(cu) - 1):
@@ -557,12 +557,16 @@ def test_export_part_reads_the_kind_of_checkpoint(cli_corpus, tmp_path, capsys):
     assert "has no generator" in capsys.readouterr().err
 
 
-def test_step_mixins_define_no_name_twice():
-    """A composed cell holds both step mixins: a name both defined would reach an RTD cell from the masked-LM step
-    (MRO order), not as ELECTRA has it; what they share is `PreTrainingStep`'s, defined once."""
-    from hf_bertology.models.masked_lm import MaskedLMPreTraining
-    from hf_bertology.models.replaced_token_detection import ReplacedTokenDetectionPreTraining
+@pytest.mark.parametrize("cell", ["bert-tiny@roberta", "spanbert-tiny@albert", "electra-tiny@bert", "albert-tiny"])
+def test_a_cell_is_built_from_its_objective_list(cell):
+    """No objective comes by inheritance: a cell's objectives are its config's list, in that order, each an
+    `Objective` module that registers no parameter (its heads are the model's, under the plain names)."""
+    from hf_bertology.models.objective import Objective
 
-    dunder = {name for name in vars(MaskedLMPreTraining) if name.startswith("__")}
-    both = set(vars(MaskedLMPreTraining)) & set(vars(ReplacedTokenDetectionPreTraining))
-    assert both - dunder == set()
+    model = get_recipe(cell).build_model()
+    names = {"masked_lm": "MaskedLM", "sentence_task": "SentenceTask", "span_boundary": "SpanBoundary"}
+    names.update(generator="Generator", replaced_token_detection="ReplacedTokenDetection")
+    if hasattr(model.config, "objectives"):
+        assert [type(o).__name__ for o in model.objectives] == [names[n] for n in model.config.objectives]
+    assert all(isinstance(o, Objective) and not list(o.parameters()) for o in model.objectives)
+    assert not any(isinstance(m, Objective) for m in model.modules())  # not registered: no state-dict key

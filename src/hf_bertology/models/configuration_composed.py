@@ -88,6 +88,16 @@ class ComposedObjectiveConfig(JointConfig):
     joint_model_type = JOINT_MODEL_TYPE
 
     @property
+    def objectives(self) -> tuple[str, ...]:
+        """The objectives the model is built from (`modeling_composed`), in the order their heads are added."""
+        if self.replaced_token_detection:
+            return ("generator", "replaced_token_detection")
+        parts = ("span_boundary",) * self.span_boundary_objective + ("sentence_task",) * (
+            self.sentence_task is not None
+        )
+        return ("masked_lm", *parts)
+
+    @property
     def writes_joint_type(self) -> bool:  # two networks only with replaced-token detection
         return self.replaced_token_detection
 
