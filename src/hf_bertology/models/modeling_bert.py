@@ -9,7 +9,6 @@ from transformers import BertModel, BertPreTrainedModel
 from transformers.models.bert.modeling_bert import BertPreTrainingHeads
 
 from .configuration_bert import BertologyBertConfig
-from .fused_cross_entropy import sparse_mlm_loss
 from .masked_lm import MLM_HEADS, MaskedLM
 from .sentence_task import SentenceTask
 from .step import PreTrainingModel, pretraining_step
@@ -40,10 +39,10 @@ class BertologyBertForPreTraining(PreTrainingModel, BertPreTrainedModel):
 
     def mlm_head(self, states, targets, return_logits: bool | None = None, with_argmax: bool = True):
         """`(logits or None, summed cross-entropy, predicted ids or None)` of the MLM head at the `(M, H)` states of
-        the targets: transform, then the output layer fused with the loss where it saves memory
-        (`fused_cross_entropy.sparse_mlm_loss`), the loss the model's hook (`loss_function`, `label_smoothing`)."""
-        head, loss = self.cls.predictions, (self.loss_function, self.label_smoothing)
-        return sparse_mlm_loss(head.transform(states), head.decoder, targets, return_logits, with_argmax, *loss)
+        the targets: transform, then the output layer fused with the model's loss hook where it saves memory
+        (`token_loss.TokenLoss.linear`)."""
+        head = self.cls.predictions
+        return self.token_loss.linear(head.transform(states), head.decoder, targets, return_logits, with_argmax)
 
     def predict(self, states):
         return MLM_HEADS["bert"](self, states)

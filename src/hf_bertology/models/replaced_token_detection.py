@@ -348,7 +348,7 @@ class Generator(Objective):
         with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen):
             states = self.states(model.generator.base_model, input_ids, chosen.at, inputs)  # (M, H)
             prediction_logits = MLM_HEADS[self.family](model.generator, states)  # (M, V)
-        mlm_sum = model.lm_loss_sum(prediction_logits, chosen.targets)  # the language-model loss (`lm_loss`)
+        mlm_sum = model.token_loss(prediction_logits, chosen.targets)  # the language-model loss (`token_loss`)
         mlm_loss = mlm_sum / step_mean(batch.num_items_in_batch, "labels", chosen.count, chosen.count)
         out = {"loss": mlm_loss, "prediction_logits": prediction_logits, "mlm_loss": mlm_loss}
         if model.training_stage == "generator":  # the generator alone: nothing is sampled

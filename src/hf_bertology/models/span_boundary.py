@@ -96,6 +96,6 @@ class SpanBoundary(Objective):
         logits = model.sbo(ends[:, 0], ends[:, 1], batch.get("sbo_relative_positions").flatten().index_select(0, at))
         n_sbo = batch.count("sbo_labels")
         n_masked = n_sbo if batch.get("labels") is None else batch.count()
-        loss = model.lm_loss_sum(logits, sbo_targets) / batch.step_mean("sbo_labels", n_sbo, n_masked)
+        loss = model.token_loss(logits, sbo_targets) / batch.step_mean("sbo_labels", n_sbo, n_masked)
         accuracy = (logits.argmax(-1) == sbo_targets).sum() / n_sbo
         return {"loss": loss, "sbo_loss": loss, "sbo_accuracy": accuracy, "sbo_logits": logits}

@@ -13,9 +13,9 @@ import torch
 
 from .configuration_recipe import first_position
 from .last_layer import LastLayerSubset, install_subset, subset_inputs
-from .lm_loss import LanguageModelLoss
 from .objective import EVERY_ROW, Batch
 from .outputs import BertologyForPreTrainingOutput
+from .token_loss import TokenLossHook
 
 # Attention implementations that keep a padding-free batch's examples apart (they read `cu_seq_lens_q`).
 PACKED_IMPLEMENTATIONS = ("sdpa_packed", "flash_attention_2", "flash_attention_3", "flash_attention_4")
@@ -126,7 +126,7 @@ def pretraining_step(
     return BertologyForPreTrainingOutput(loss=loss, **out)
 
 
-class PreTrainingModel(LanguageModelLoss):
+class PreTrainingModel(TokenLossHook):
     """Mixed in before a family's `PreTrainedModel` by every pretraining model: the step's class data. A model sets
     `objectives` (a tuple, not registered: its heads are the model's own modules) in `__init__`; its `forward`
     names its labels and calls `pretraining_step`."""
