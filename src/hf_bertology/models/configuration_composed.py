@@ -15,6 +15,16 @@ from .configuration_recipe import JointConfig, check_masking
 # config.json's `model_type` of an RTD objective on family `{}` (`to_diff_dict`); read back as the family's.
 JOINT_MODEL_TYPE = "bertology-rtd-{}-joint"
 SENTENCE_TASK_CHOICES = (None, "nsp", "sop")
+# the objective fields that bring a generator (a second network, trained with the first): RTD's
+GENERATOR_PARTS = ("replaced_token_detection",)
+
+
+def two_networks(fields) -> bool:
+    """Whether an objective's fields (a config's, or a saved config.json's) bring a generator: the one answer to "is
+    it a joint model" for a composed cell (`writes_joint_type`, the recipes' `networks`)."""
+    return any(bool(fields.get(name)) for name in GENERATOR_PARTS)
+
+
 EMBEDDING_SHARING = ("gdes", "es", "nes")
 
 
@@ -82,7 +92,7 @@ class ComposedObjectiveConfig(JointConfig):
         self.disallow_correct = disallow_correct
         self.input_format = input_format
         super().__init__(**kwargs)
-        if replaced_token_detection:  # auto_map names the config class: only remote code knows the joint type
+        if self.writes_joint_type:  # auto_map names the config class: only remote code knows the joint type
             self._auto_class = "AutoConfig"
 
     joint_model_type = JOINT_MODEL_TYPE
@@ -90,16 +100,16 @@ class ComposedObjectiveConfig(JointConfig):
     @property
     def objectives(self) -> tuple[str, ...]:
         """The objectives the model is built from (`modeling_composed`), in the order their heads are added."""
-        if self.replaced_token_detection:
-            return ("generator", "replaced_token_detection")
+        if self.replaced_token_detection:  # the discriminator's head first: the order checkpoints were written in
+            return ("replaced_token_detection", "generator")
         parts = ("span_boundary",) * self.span_boundary_objective + ("sentence_task",) * (
             self.sentence_task is not None
         )
         return ("masked_lm", *parts)
 
     @property
-    def writes_joint_type(self) -> bool:  # two networks only with replaced-token detection
-        return self.replaced_token_detection
+    def writes_joint_type(self) -> bool:  # two networks only with a generator
+        return two_networks(self.__dict__)
 
     def discriminator_config(self):
         """The family's own config with every field of this one (the recipe's stay as attributes)."""

@@ -29,6 +29,7 @@ from .replaced_token_detection import (
     discriminate,
     freeze_gdes_slots,
     gdes_pairs,
+    rtd_objective,
 )
 from .sentence_task import SENTENCE_TASKS, SentenceTask
 from .span_boundary import SpanBoundary, SpanBoundaryHead, grow_bias
@@ -107,17 +108,20 @@ class ComposedForPreTraining(PreTrainingModel):
         key = next(key for key, task in SENTENCE_TASKS.items() if task == config.sentence_task)
         return SentenceTask(key, "sentence_classifier")
 
-    def _add_generator(self, config, masked_lm_class, word_table: str) -> Generator:
-        """The discriminator's head (the objective's: DeBERTa-v3's reads [CLS]), a family `*ForMaskedLM`
-        generator, and the tables `embedding_sharing` shares."""
+    def _add_replaced_token_detection(self, config, masked_lm_class, word_table: str) -> ReplacedTokenDetection:
+        """The discriminator's head: the objective's (DeBERTa-v3's reads [CLS]), under its paper model's name."""
         name, head = RTD_HEADS.get(config.objective, ("discriminator_predictions", DiscriminatorHead))
         self.add_module(name, head(config))
-        self.generator = masked_lm_class(generator_config(config))
-        self._tied_weights_keys = self._share_embeddings(config, masked_lm_class, self.base_model_prefix, word_table)
-        return Generator(config, config.model_type, clips_apart=config.objective in CLIPS_APART)
+        return rtd_objective(config, name)
 
-    def _add_replaced_token_detection(self, config, masked_lm_class, word_table: str) -> ReplacedTokenDetection:
-        return ReplacedTokenDetection(config, RTD_HEADS.get(config.objective, ("discriminator_predictions",))[0])
+    def _add_generator(self, config, masked_lm_class, word_table: str) -> Generator:
+        """A family `*ForMaskedLM` generator at `generator.*` and the tables `embedding_sharing` shares; beside a
+        masked LM of the model's own (Replace MLM) its outputs are `generator_*`."""
+        self.generator = masked_lm_class(generator_config(config))
+        shared = self._share_embeddings(config, masked_lm_class, self.base_model_prefix, word_table)
+        self._tied_weights_keys = {**self.__dict__.get("_tied_weights_keys", {}), **shared}
+        names = {"name": "generator", "logits_name": "generator_logits"} if "masked_lm" in config.objectives else {}
+        return Generator(config, config.model_type, clips_apart=config.objective in CLIPS_APART, **names)
 
     def _share_embeddings(self, config, masked_lm_class, prefix: str, word_table: str) -> dict[str, str]:
         """`_tied_weights_keys` of an RTD model: the generator's own ties, and the tables `embedding_sharing` shares

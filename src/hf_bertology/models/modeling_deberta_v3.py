@@ -20,13 +20,13 @@ from .replaced_token_detection import (
     ClsReplacedTokenDetectionHead,
     Generator,
     GradientDisentangledEmbedding,
-    ReplacedTokenDetection,
     add_gdes,
     clipping_groups,
     discriminate,
     freeze_gdes_slots,
     gdes_pairs,
     last_layer_states,
+    rtd_objective,
 )
 from .step import PreTrainingModel, pretraining_step
 
@@ -109,7 +109,7 @@ class BertologyDebertaV3ForPreTraining(PreTrainingModel, DebertaV2PreTrainedMode
             add_gdes(self, WORD_EMBEDDINGS, share_positions=config.position_biased_input)
         # the generator's states: EMD's; its head; the discriminator's [CLS]-reading head; each network clipped apart
         generator = Generator(config, "deberta-v2", generator_states, clips_apart=True)
-        self.objectives = (generator, ReplacedTokenDetection(config, "mask_predictions"))
+        self.objectives = (generator, rtd_objective(config, "mask_predictions"))
         self.post_init()  # after every submodule exists: expands the tied keys and ties the shared table
         freeze_gdes_slots(self)
 

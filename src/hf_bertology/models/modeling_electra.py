@@ -15,7 +15,7 @@ from transformers.models.electra.modeling_electra import ElectraDiscriminatorPre
 
 from .configuration_electra import BertologyElectraConfig
 from .configuration_recipe import generator_config
-from .replaced_token_detection import Generator, ReplacedTokenDetection
+from .replaced_token_detection import Generator, rtd_objective
 from .step import PreTrainingModel, pretraining_step
 
 # Parameters the two networks share (paper §3.2 "tie token embeddings"; official: shared `electra/embeddings`).
@@ -54,7 +54,7 @@ class BertologyElectraForPreTraining(PreTrainingModel, ElectraPreTrainedModel):
         gen_config.tie_word_embeddings = False
         self.generator = ElectraForMaskedLM(gen_config)
         self.training_stage = "joint" if config.two_stage_generator_steps is None else "generator"
-        self.objectives = (Generator(config, "electra"), ReplacedTokenDetection(config))
+        self.objectives = (Generator(config, "electra"), rtd_objective(config))
         self.post_init()  # after every submodule exists: expands the tied keys and ties the shared embeddings
 
     def _initialize_weights(self, module, is_custom_code: bool = False):

@@ -96,6 +96,7 @@ class Objective(nn.Module):
     stages: tuple[str, ...] = ("joint", "generator", "discriminator")
     counted_in: tuple[str, ...] = ("joint", "generator", "discriminator")
     corrupts: bool = False  # whether `corrupt` changes the input ids
+    reads_every_row: bool = False  # whether `rows` is always `EVERY_ROW` (its backbone then needs no subset)
 
     def rows(self, batch: Batch):
         return None

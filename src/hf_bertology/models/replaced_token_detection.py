@@ -174,10 +174,10 @@ def rtd_loss(rtd_logits, rtd_labels, chosen: Chosen, num_items_in_batch) -> torc
 
 
 @torch.no_grad()
-def generator_diagnostics(prediction_logits, sampled, chosen: Chosen) -> dict:
+def generator_diagnostics(prediction_logits, sampled, chosen: Chosen, name: str = "mlm") -> dict:
     """The generator's accuracy and its samples' (`sampled_accuracy`) over the chosen tokens (no gradient)."""
     return {
-        "mlm_accuracy": (prediction_logits.argmax(-1) == chosen.targets).sum() / chosen.count,
+        f"{name}_accuracy": (prediction_logits.argmax(-1) == chosen.targets).sum() / chosen.count,
         "sampled_accuracy": (sampled == chosen.targets).sum() / chosen.count,
     }
 
@@ -316,8 +316,8 @@ class Generator(Objective):
     every chosen token replaced by a sample of its softmax (`fake_data`); the backbone then reads the samples.
 
     Reads `labels` (the originals at the chosen positions), `target_positions` and `sample_keys`; returns
-    `mlm_loss` (its term, `weight` = `generator_weight`), `prediction_logits`, `mlm_accuracy`, `sampled_accuracy`
-    and `replaced_input_ids`, and leaves the chosen tokens and the samples for the next objective
+    `<name>_loss` (its term, `weight` = `generator_weight`), the logits (`logits_name`), `<name>_accuracy`,
+    `sampled_accuracy` and `replaced_input_ids` (ELECTRA's names: `mlm_*`, `prediction_logits`), and leaves the chosen tokens and the samples for the next objective
     (`batch.outputs`). The network is the model's `generator` (a family `*ForMaskedLM`); `states(backbone,
     input_ids, at, inputs) -> (M, H)` its states at the chosen tokens (DeBERTa-v3's: its enhanced mask decoder),
     `family`: the generator's `model_type`, whose head reads the states (`masked_lm.MLM_HEADS`). In ELECTRA's two stages it
@@ -329,9 +329,11 @@ class Generator(Objective):
     counted_in = ("joint", "generator")  # frozen in the discriminator stage
     corrupts = True
 
-    def __init__(self, config, family: str, states: Callable = last_layer_states, clips_apart: bool = False):
+    def __init__(self, config, family: str, states: Callable = last_layer_states, clips_apart: bool = False,
+                 name: str = "mlm", logits_name: str = "prediction_logits"):  # fmt: skip
         super().__init__()
         self.family, self.states, self.clips_apart = family, states, clips_apart
+        self.name, self.logits_name = name, logits_name
         self.weight = config.generator_weight
         self.temperature = config.sampling_temperature
         self.disallow = getattr(config, "disallow_correct", False)
@@ -350,10 +352,10 @@ class Generator(Objective):
             prediction_logits = MLM_HEADS[self.family](model.generator, states)  # (M, V)
         mlm_sum = model.token_loss(prediction_logits, chosen.targets)  # the language-model loss (`token_loss`)
         mlm_loss = mlm_sum / step_mean(batch.num_items_in_batch, "labels", chosen.count, chosen.count)
-        out = {"loss": mlm_loss, "prediction_logits": prediction_logits, "mlm_loss": mlm_loss}
+        out = {"loss": mlm_loss, self.logits_name: prediction_logits, f"{self.name}_loss": mlm_loss}
         if model.training_stage == "generator":  # the generator alone: nothing is sampled
             if batch.return_metrics:
-                out["mlm_accuracy"] = (prediction_logits.argmax(-1) == chosen.targets).sum() / chosen.count
+                out[f"{self.name}_accuracy"] = (prediction_logits.argmax(-1) == chosen.targets).sum() / chosen.count
             return input_ids, out
         # 2. the fake data: every chosen token replaced by a sample of the generator's softmax
         sampled, replaced_input_ids, rtd_labels = fake_data(
@@ -361,7 +363,7 @@ class Generator(Objective):
         )
         batch.outputs.update(chosen=chosen, rtd_labels=rtd_labels)
         if batch.return_metrics:
-            out.update(generator_diagnostics(prediction_logits, sampled, chosen))
+            out.update(generator_diagnostics(prediction_logits, sampled, chosen, self.name))
         return replaced_input_ids, {**out, "replaced_input_ids": replaced_input_ids}
 
 
@@ -375,6 +377,7 @@ class ReplacedTokenDetection(Objective):
 
     name = "rtd"
     stages = ("joint", "discriminator")
+    reads_every_row = True
 
     def __init__(self, config, head_name: str = "discriminator_predictions"):
         super().__init__()
@@ -394,6 +397,18 @@ class ReplacedTokenDetection(Objective):
         if batch.return_metrics:
             out.update(rtd_diagnostics(rtd_logits, rtd_labels, chosen))
         return out
+
+
+# `rtd_loss_positions` -> the discriminator's objective: which tokens its loss reads
+RTD_LOSSES = {"all": ReplacedTokenDetection}
+
+
+def rtd_objective(config, head_name: str = "discriminator_predictions") -> ReplacedTokenDetection:
+    """The discriminator's objective its config names (`rtd_loss_positions`, absent: every real token)."""
+    positions = getattr(config, "rtd_loss_positions", "all")
+    if positions not in RTD_LOSSES:
+        raise ValueError(f"rtd_loss_positions must be one of {tuple(RTD_LOSSES)}, got {positions!r}")
+    return RTD_LOSSES[positions](config, head_name)
 
 
 def clipping_groups(model: nn.Module) -> list[list[nn.Parameter]] | None:

@@ -144,6 +144,10 @@ class PreTrainingModel(TokenLossHook):
 
     def post_init(self):
         super().post_init()
-        # the last layer on the rows a loss reads (`last_layer`): the generator's, where there is one
-        owner = getattr(self, "generator", self)
-        install_subset(owner, owner.base_model_prefix)
+        # the last layer on the rows a loss reads (`last_layer`): the generator's, and the model's own unless an
+        # objective reads every row of it (an RTD discriminator)
+        generator = getattr(self, "generator", None)
+        if generator is not None:
+            install_subset(generator, generator.base_model_prefix)
+        if not any(objective.reads_every_row for objective in self.objectives):
+            install_subset(self, self.base_model_prefix)

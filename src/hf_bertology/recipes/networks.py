@@ -8,10 +8,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..models.configuration_composed import two_networks
 from ..utils import BertologyError
-from .backbones import BACKBONES, Backbone
+from .backbones import BACKBONES, Backbone, rtd_networks
 from .base import Network, Variant
-from .composed import rtd_networks
 from .recipe import VARIANTS
 
 
@@ -63,7 +63,7 @@ def kind_of(source) -> Kind | None:
     names, fields = _names_and_fields(source)
     for backbone in BACKBONES.values():
         if {backbone.model_class.__name__, backbone.config_class.__name__} & names:
-            joint = bool(fields.get("replaced_token_detection"))
+            joint = two_networks(fields)
             return Kind(VARIANTS.get(fields.get("objective")), backbone, rtd_networks(backbone) if joint else ())
     for variant in VARIANTS.values():
         if {variant.model_class.__name__, variant.config_class.__name__} & names:

@@ -63,10 +63,11 @@ class Recipe:
 
     @property
     def plain_auto_class(self) -> str:
-        """The plain-transformers class that loads the checkpoint (a composed RTD model: its discriminator)."""
+        """The plain-transformers class that loads the checkpoint (a composed model with a generator: its
+        discriminator)."""
         if self.backbone is None:
             return self.variant.plain_auto_class
-        return "AutoModel" if self.config.replaced_token_detection else "AutoModelForMaskedLM"
+        return "AutoModel" if self.config.writes_joint_type else "AutoModelForMaskedLM"
 
     @property
     def padding_free(self) -> bool:
