@@ -152,9 +152,17 @@ def test_model_files_are_self_contained(path):
 
 
 def test_every_variant_has_its_files():
+    """A paper family is a configuration and a modeling file of models/; a variant that is another's objective
+    changed (ELECTRA's ablations) is its row, on that family's classes, which live there too."""
     from hf_bertology.recipes import VARIANTS
 
-    for name in [name.replace("-", "_") for name in VARIANTS] + ["composed"]:
+    for kind in ("configuration", "modeling"):
+        assert (PACKAGE / "models" / f"{kind}_composed.py").is_file()
+    for variant in VARIANTS.values():
+        for cls in (variant.config_class, variant.model_class):
+            path = PACKAGE / "models" / f"{cls.__module__.rsplit('.', 1)[-1]}.py"
+            assert cls.__module__.startswith("hf_bertology.models.") and path.is_file(), cls
+    for name in ("bert", "roberta", "spanbert", "albert", "xlnet", "electra", "deberta_v3", "modernbert"):
         for kind in ("configuration", "modeling"):
             assert (PACKAGE / "models" / f"{kind}_{name}.py").is_file()
     assert not [p for p in PACKAGE.glob("models/*/") if p.name != "__pycache__"]  # one flat folder

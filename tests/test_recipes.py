@@ -34,6 +34,7 @@ FAMILY = {
     "xlnet": "xlnet",
     "deberta-v3": "deberta-v2",
     "modernbert": "modernbert",
+    "electra-15": "electra",
 }
 
 

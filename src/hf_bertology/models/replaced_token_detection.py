@@ -163,14 +163,15 @@ def fake_data(chosen: Chosen, prediction_logits, labels, input_ids, sample_keys,
     return sampled, replaced_input_ids, (replaced_input_ids != original_ids) & chosen.real
 
 
-def rtd_loss(rtd_logits, rtd_labels, chosen: Chosen, num_items_in_batch) -> torch.Tensor:
-    """The discriminator's sigmoid BCE summed over every real token ([CLS]/[SEP] included), over the step's
-    real-token count; by weighting, not selecting, so every shape stays the batch's (no host sync)."""
+def rtd_loss(rtd_logits, rtd_labels, chosen: Chosen, num_items_in_batch, key: str = "attention_mask") -> torch.Tensor:
+    """The discriminator's sigmoid BCE summed over every real token ([CLS]/[SEP] included), over the step's count
+    of them (`key`: the Trainer's count of those tokens); by weighting, not selecting, so every shape stays the
+    batch's (no host sync)."""
     weight = chosen.real.float()
     rtd_sum = F.binary_cross_entropy_with_logits(
         rtd_logits.float(), rtd_labels.float(), weight=weight, reduction="sum"
     )
-    return rtd_sum / step_mean(num_items_in_batch, "attention_mask", chosen.n_real, chosen.count)
+    return rtd_sum / step_mean(num_items_in_batch, key, chosen.n_real, chosen.count)
 
 
 @torch.no_grad()
@@ -378,6 +379,7 @@ class ReplacedTokenDetection(Objective):
     name = "rtd"
     stages = ("joint", "discriminator")
     reads_every_row = True
+    count_key = "attention_mask"  # the Trainer's count of the tokens its loss reads: the real tokens
 
     def __init__(self, config, head_name: str = "discriminator_predictions"):
         super().__init__()
@@ -392,15 +394,30 @@ class ReplacedTokenDetection(Objective):
         if "rtd_labels" not in batch.outputs:
             return {"rtd_logits": rtd_logits}
         chosen, rtd_labels = batch.outputs["chosen"], batch.outputs["rtd_labels"]
-        loss = rtd_loss(rtd_logits, rtd_labels, chosen, batch.num_items_in_batch)
+        loss = rtd_loss(rtd_logits, rtd_labels, self.scored(chosen), batch.num_items_in_batch, self.count_key)
         out = {"loss": loss, "rtd_loss": loss, "rtd_logits": rtd_logits, "rtd_labels": rtd_labels.long()}
         if batch.return_metrics:
             out.update(rtd_diagnostics(rtd_logits, rtd_labels, chosen))
         return out
 
+    def scored(self, chosen: Chosen) -> Chosen:
+        """The tokens the loss reads (`chosen.real`, `chosen.n_real`): every real token."""
+        return chosen
+
+
+class MaskedTokenDetection(ReplacedTokenDetection):
+    """ELECTRA 15% (ELECTRA §3.2, Table 5): replaced-token detection whose loss comes from the chosen tokens only (the
+    15% the generator predicts), not from every real token; the rest, the diagnostics over every real token included
+    (the others are all originals), is ELECTRA's."""
+
+    count_key = "labels"  # the Trainer's count of the chosen tokens
+
+    def scored(self, chosen: Chosen) -> Chosen:
+        return chosen._replace(real=chosen.mask & chosen.real, n_real=chosen.count)
+
 
 # `rtd_loss_positions` -> the discriminator's objective: which tokens its loss reads
-RTD_LOSSES = {"all": ReplacedTokenDetection}
+RTD_LOSSES = {"all": ReplacedTokenDetection, "masked": MaskedTokenDetection}
 
 
 def rtd_objective(config, head_name: str = "discriminator_predictions") -> ReplacedTokenDetection:
