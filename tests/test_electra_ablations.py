@@ -83,14 +83,16 @@ def no_example_sees_another(model, batch, logits_of) -> None:
     assert grad[1:].abs().sum() == 0
 
 
-# -- "ELECTRA 15%" ------------------------------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize("backbone", BACKBONES)
-def test_electra_15_trains_on_every_encoder(backbone, corpus):
-    model, _, batch = setup("electra-15", backbone, corpus)
-    first, last = trains(model, batch, "rtd_loss")
+@pytest.mark.parametrize("objective,term", [("electra-15", "rtd_loss"), ("replace-mlm", "mlm_loss")])
+def test_it_trains_on_every_encoder(objective, term, backbone, corpus):
+    """8 optimizer steps on one batch: the objective's own term falls (the discriminator's, the masked LM's)."""
+    model, _, batch = setup(objective, backbone, corpus)
+    first, last = trains(model, batch, term)
     assert last < first - 0.05, (first, last)
+
+
+# -- "ELECTRA 15%" ------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("backbone", BACKBONES)
@@ -127,3 +129,48 @@ def test_electra_15_no_example_sees_another(backbone, corpus):
         return output.rtd_logits, rows
 
     no_example_sees_another(model, batch, rtd_logits)
+
+
+# -- "Replace MLM" ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backbone", BACKBONES)
+def test_replace_mlm_predicts_the_chosen_tokens_from_the_generator_samples(backbone, corpus):
+    """The main network reads the generator's samples at every chosen token (the collator's [MASK]s are gone, every
+    other token is the input's), and its masked LM is the mean NLL of the originals there: recomputed from the
+    backbone on the replaced ids alone. The generator's loss is its own mean NLL; `loss` = MLM + generator."""
+    model, tokenizer, batch = setup("replace-mlm", backbone, corpus)
+    model.eval()
+    with torch.no_grad():
+        out = model(**batch)
+        chosen = batch["labels"].ne(-100)
+        masked = batch["input_ids"].eq(tokenizer.mask_token_id) & chosen
+        assert masked.float().sum() > 0.5 * chosen.sum()  # 85% [MASK] in the generator's input
+        replaced = out.replaced_input_ids
+        assert torch.equal(replaced[~chosen], batch["input_ids"][~chosen])
+        assert replaced[masked].eq(tokenizer.mask_token_id).float().mean() < 0.1  # samples, not [MASK]
+        inputs = {k: batch[k] for k in ("attention_mask", "token_type_ids") if k in batch}
+        if backbone == "modernbert":
+            inputs.pop("token_type_ids", None)
+        if backbone == "roberta":  # the step counts a corrupted row's positions on its mask
+            mask = batch["attention_mask"].long()
+            inputs["position_ids"] = mask.cumsum(-1) * mask + model.config.pad_token_id
+        states = model.base_model(replaced, **inputs).last_hidden_state  # the full layer, every row
+        logits = model.predict(states.flatten(0, 1)[batch["target_positions"]])
+    torch.testing.assert_close(out.logits, logits, rtol=1e-4, atol=1e-5)
+    targets = batch["labels"].flatten()[batch["target_positions"]]
+    torch.testing.assert_close(out.mlm_loss.double(), F.cross_entropy(out.logits.double(), targets))
+    torch.testing.assert_close(out.generator_loss.double(), F.cross_entropy(out.generator_logits.double(), targets))
+    torch.testing.assert_close(out.loss, out.mlm_loss + out.generator_loss)
+
+
+@pytest.mark.parametrize("backbone", BACKBONES)
+def test_replace_mlm_no_example_sees_another(backbone, corpus):
+    model, _, batch = setup("replace-mlm", backbone, corpus)
+    width = batch["input_ids"].shape[1]
+
+    def mlm_logits(output, batch):
+        rows = (batch["target_positions"] // width)[:, None].expand_as(output.logits)
+        return output.logits, rows
+
+    no_example_sees_another(model, batch, mlm_logits)

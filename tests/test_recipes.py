@@ -35,6 +35,7 @@ FAMILY = {
     "deberta-v3": "deberta-v2",
     "modernbert": "modernbert",
     "electra-15": "electra",
+    "replace-mlm": "electra",
 }
 
 
