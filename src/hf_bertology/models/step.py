@@ -86,7 +86,7 @@ def _each_objectives_states(model, input_ids, inputs: dict, wanted: list, batch:
         states = outputs.last_hidden_state  # (B, T, H)
         return outputs, [None if part is None else states if isinstance(part, str) else states.flatten(0, 1)
                          .index_select(0, part) for part in wanted]  # fmt: skip
-    pieces = iter(rows.split([len(part) for part in parts]))
+    pieces = iter([rows] if len(parts) == 1 else rows.split([len(part) for part in parts]))  # (a split costs a cat)
     return outputs, [None if part is None else next(pieces) for part in wanted]
 
 
