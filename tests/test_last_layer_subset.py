@@ -179,12 +179,3 @@ def test_the_subset_on_every_row_is_transformers_own_forward(name, corpus):
         rows = backbone(ids, **inputs, last_layer_positions=every_row).last_hidden_state[0]
     assert rows.shape == full.shape
     assert torch.equal(rows, full), (rows - full).abs().max()
-
-
-def test_no_method_is_swapped_on_an_instance():
-    """The subset is a class in the layer's place: no `MethodType`, no assignment to a module's `forward` in src."""
-    import re
-
-    sources = (REPO / "src" / "hf_bertology").rglob("*.py")
-    offenders = [str(path) for path in sources if re.search(r"MethodType|\.forward\s*=[^=]", path.read_text())]
-    assert offenders == []

@@ -1,7 +1,7 @@
 """Masked LM as an objective (BERT §3.1 Task #1), written once for every model that predicts tokens.
 
 Sparse prediction (the head runs on the labelled positions only, as the official BERT gathers `masked_lm_positions`),
-the language-model loss through the model's hook (`lm_loss.LanguageModelLoss`), a sum over the step's count
+the language-model loss through the model's hook (`token_loss.TokenLoss`), a sum over the step's count
 (`outputs.step_mean`). Used by BERT, RoBERTa, SpanBERT, ALBERT, ModernBERT, every masked-LM cell of
 `modeling_composed`, and XLNet (its permutation LM is this loss on its query stream at the targets).
 `MLM_HEADS` is each family's head.
