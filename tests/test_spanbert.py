@@ -65,6 +65,34 @@ def test_sbo_sees_only_the_boundaries_and_the_relative_position():
     assert position_rows.nonzero().flatten().tolist() == [2]
 
 
+def test_each_sbo_target_reads_its_own_boundaries():
+    """Several targets in several rows: target k's logits have a gradient on its own two boundaries and nowhere else
+    (the step gathers every target's boundary rows in one `(2N, H)` tensor; a target must not take another's)."""
+    model = tiny_model()
+    batch, length, hidden = 2, 12, 32
+    states = torch.randn(batch, length, hidden, requires_grad=True)
+    model.bert.register_forward_hook(
+        lambda module, args, output: BaseModelOutputWithPoolingAndCrossAttentions(last_hidden_state=states)
+    )
+    sbo_labels = torch.full((batch, length), -100)
+    boundaries = torch.zeros(batch, length, 2, dtype=torch.long)
+    relative = torch.zeros(batch, length, dtype=torch.long)
+    targets = [((0, 2), (1, 4)), ((0, 3), (1, 4)), ((1, 6), (3, 8)), ((1, 10), (9, 11))]  # (row, token), boundaries
+    for (row, token), ends in targets:
+        sbo_labels[row, token], boundaries[row, token] = 17, torch.tensor(ends)
+    out = model(
+        input_ids=torch.ones(batch, length, dtype=torch.long),
+        sbo_labels=sbo_labels,
+        sbo_boundaries=boundaries,
+        sbo_relative_positions=relative,
+    )
+    for k, ((row, _), ends) in enumerate(targets):  # the logits in the targets' flat order
+        (grad,) = torch.autograd.grad(out.sbo_logits[k].sum(), states, retain_graph=True)
+        expected = torch.zeros(batch, length, dtype=torch.bool)
+        expected[row, list(ends)] = True
+        assert torch.equal(grad.abs().sum(-1) > 0, expected), k
+
+
 def test_loss_is_mlm_plus_sbo_and_counts_normalise():
     model = tiny_model()
     tokenizer_ids = torch.randint(5, 100, (3, 16))
