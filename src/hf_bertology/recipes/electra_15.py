@@ -14,6 +14,7 @@ from . import electra
 VARIANT = replace(
     electra.VARIANT,
     name="electra-15",
+    identified_by={"rtd_loss_positions": "masked"},  # its checkpoints are ELECTRA's classes
     card_objective="ELECTRA 15%: ELECTRA's replaced-token detection with the discriminator's loss over the 15% chosen "
     "tokens only (Clark et al. 2020, Table 5)",
 )
