@@ -21,7 +21,8 @@ import hf_bertology as hb
 from hf_bertology import cli
 from platform_support import REPO, pretrain_argv, tiny_recipes, write_corpus
 
-JOINT = ("electra-tiny", "deberta-v3-tiny", "electra-tiny@roberta")  # two networks: discriminator/ + generator/
+# two networks: discriminator/ + generator/
+JOINT = ("electra-tiny", "deberta-v3-tiny", "electra-tiny@roberta", "electra-15-tiny", "replace-mlm-tiny")
 FAMILIES = [*tiny_recipes(), "electra-tiny@roberta"]
 
 

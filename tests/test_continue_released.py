@@ -344,7 +344,7 @@ def test_every_family_continues_from_its_release(tmp_path, corpus_file, texts, c
     the run keeps every released tensor and the tokenizer (none trained); the heads it lacks are one line."""
     import transformers
 
-    from hf_bertology.recipes.composed import keep_family_fields
+    from hf_bertology.recipes.backbones import keep_family_fields
 
     settled = hb.get_recipe(recipe)
     tokenizer = settled.train_tokenizer(texts * 3, 300)

@@ -153,7 +153,8 @@ def test_pretrain_push_to_hub_then_load_in_a_fresh_process(hub, tmp_path):
         assert result["class"].startswith("transformers_modules.") == result["remote"], result
         if "plain_on_joint_folder" in result:  # the joint folder itself: plain transformers refuses it (issue 31)
             assert "trust_remote_code" in result["plain_on_joint_folder"], result
-    assert sum("plain_on_joint_folder" in result for result in results) == 2  # electra-tiny, deberta-v3-tiny
+    # electra-tiny, deberta-v3-tiny, electra-15-tiny, replace-mlm-tiny
+    assert sum("plain_on_joint_folder" in result for result in results) == 4
     downloads = {path for method, path in hub.requests if "/resolve/" in path}
     assert any(path.endswith("/model.safetensors") for path in downloads)
 

@@ -107,7 +107,7 @@ def test_where_it_is_installed(variant):
     """Every masked-LM backbone and RTD generator but XLNet's; an RTD discriminator's is never asked for a subset."""
     vocabulary = {"vocab_size": 50368} if variant == "modernbert" else {}  # its special ids are above 1000
     model = hb.get_recipe(f"{variant}-tiny", **vocabulary).build_model()
-    wrapped = [name for name, module in model.named_modules() if hasattr(module, "_full_forward")]
+    wrapped = [name for name, module in model.named_modules() if isinstance(module, last_layer.LastLayerSubset)]
     assert bool(wrapped) == (variant not in FULL), wrapped
     assert all(name.startswith("generator.") for name in wrapped) or not VARIANTS[variant].parts.get(
         "replaced_token_detection"
@@ -151,3 +151,31 @@ def test_the_flop_counter_counts_the_rows_run(corpus):
     rows = int(batch["attention_mask"].sum()) - len(batch["target_positions"]) - len(batch["input_ids"])
     pooler = 2 * hidden * hidden  # BertModel's own pooler then runs on the output's first row, unread
     assert counted[False] - counted[True] == 3 * (2 * rows * 2 * hidden * inner - pooler)
+
+
+# a cell per backbone whose generator or encoder takes the subset, the module it replaces
+OWN_FORWARD = ["bert-tiny", "roberta-tiny", "albert-tiny", "electra-tiny", "modernbert-tiny", "deberta-v3-tiny"]
+
+
+@pytest.mark.parametrize("name", OWN_FORWARD)
+def test_the_subset_on_every_row_is_transformers_own_forward(name, corpus):
+    """Where `last_layer` re-implements a transformers module (a layer's forward on rows; ALBERT's encoder loop;
+    DeBERTa's model up to its last layer), asked for every row of a padded batch it gives exactly what the installed
+    transformers' own forward gives (the same module's `super().forward`): a release that changes that module
+    fails here, not in a run. The subset module is a named subclass in the layer's place, no method swapped."""
+    model, batch = _setup(name, corpus)
+    owner = getattr(model, "generator", model)
+    backbone = owner.base_model
+    module = last_layer._last_layer(backbone)
+    own = type(module).__bases__[-1]  # the installed transformers' class it takes the place of
+    assert type(module).__name__ == f"Subset{own.__name__}" and own.__module__.startswith("transformers.")
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    inputs = {"attention_mask": mask}
+    if "token_type_ids" in batch and backbone.config.model_type != "modernbert":
+        inputs["token_type_ids"] = batch["token_type_ids"]
+    every_row = torch.arange(ids.numel())
+    with torch.no_grad():
+        full = backbone(ids, **inputs).last_hidden_state.flatten(0, 1)  # transformers' own forward
+        rows = backbone(ids, **inputs, last_layer_positions=every_row).last_hidden_state[0]
+    assert rows.shape == full.shape
+    assert torch.equal(rows, full), (rows - full).abs().max()

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -152,9 +153,17 @@ def test_model_files_are_self_contained(path):
 
 
 def test_every_variant_has_its_files():
+    """A paper family is a configuration and a modeling file of models/; a variant that is another's objective
+    changed (ELECTRA's ablations) is its row, on that family's classes, which live there too."""
     from hf_bertology.recipes import VARIANTS
 
-    for name in [name.replace("-", "_") for name in VARIANTS] + ["composed"]:
+    for kind in ("configuration", "modeling"):
+        assert (PACKAGE / "models" / f"{kind}_composed.py").is_file()
+    for variant in VARIANTS.values():
+        for cls in (variant.config_class, variant.model_class):
+            path = PACKAGE / "models" / f"{cls.__module__.rsplit('.', 1)[-1]}.py"
+            assert cls.__module__.startswith("hf_bertology.models.") and path.is_file(), cls
+    for name in ("bert", "roberta", "spanbert", "albert", "xlnet", "electra", "deberta_v3", "modernbert"):
         for kind in ("configuration", "modeling"):
             assert (PACKAGE / "models" / f"{kind}_{name}.py").is_file()
     assert not [p for p in PACKAGE.glob("models/*/") if p.name != "__pycache__"]  # one flat folder
@@ -243,3 +252,50 @@ def test_the_name_check_sees_a_comparison():
         "roberta",
         "xlnet",
     ]
+
+
+MAX_MODEL_FUNCTION_LINES = 60  # docs/ARCHITECTURE.md, "Layers" (issue 50: a step read top to bottom)
+
+
+def test_no_function_of_models_is_longer_than_60_lines():
+    too_long = [
+        f"{relative(path)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for path in SOURCES
+        if relative(path).startswith("models/")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno - node.lineno + 1 > MAX_MODEL_FUNCTION_LINES
+    ]
+    assert too_long == []
+
+
+def test_no_method_is_swapped_on_an_instance():
+    """No `types.MethodType` and no assignment to a module's `forward` in src (a layer that runs differently is a
+    class of its own, `models/last_layer.py`)."""
+    found = []
+    for path in SOURCES:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.Name, ast.Attribute)) and getattr(node, "id", getattr(node, "attr", "")) == (
+                "MethodType"
+            ):
+                found.append(f"{relative(path)}:{node.lineno} MethodType")
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                found += [
+                    f"{relative(path)}:{node.lineno} assigns .forward"
+                    for target in targets
+                    if isinstance(target, ast.Attribute) and target.attr == "forward"
+                ]
+    assert found == []
+
+
+def test_the_models_list_of_the_architecture_is_the_folder():
+    """Every file of models/ is named in docs/ARCHITECTURE.md's layout, and every file it names there exists (the
+    `configuration_<v>.py` / `modeling_<v>.py` pattern stands for the paper families' files)."""
+    text = (PACKAGE.parents[1] / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    block = text.split("## Layout", 1)[1].split("  recipes/", 1)[0]
+    named = set(re.findall(r"\b([a-z_0-9]+\.py)\b", block))
+    files = {path.name for path in (PACKAGE / "models").glob("*.py") if path.name != "__init__.py"}
+    pattern = {name for name in files if re.fullmatch(r"(configuration|modeling)_[a-z0-9_]+\.py", name)}
+    assert named - files == set()
+    assert files - named - pattern == set()

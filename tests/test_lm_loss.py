@@ -11,7 +11,8 @@ import torch
 from torch.nn.modules.module import register_module_forward_hook
 
 from hf_bertology.data import load_corpus
-from hf_bertology.models.lm_loss import LanguageModelLoss, language_model_loss
+from hf_bertology.models.lm_loss import language_model_loss
+from hf_bertology.models.token_loss import TokenLoss, TokenLossHook
 from hf_bertology.training.trainer import is_count_key
 from test_loss_references import CASES, nll, setup
 
@@ -31,8 +32,8 @@ def test_pretrain_smooths_the_language_model_loss(recipe, tmp_path, corpus_file)
     seen = []
 
     def record(module, args, kwargs, output):
-        if isinstance(module, LanguageModelLoss) and module.training and kwargs.get("labels") is not None:
-            seen.append((module.label_smoothing, kwargs["labels"].detach().clone(), output))
+        if isinstance(module, TokenLossHook) and module.training and kwargs.get("labels") is not None:
+            seen.append((module.token_loss.label_smoothing, kwargs["labels"].detach().clone(), output))
 
     argv = ["--recipe", recipe, "--train_file", str(corpus_file), "--output_dir", str(tmp_path / "run")]
     flags = ["--vocab_size", "300", "--max_steps", "2", "--per_device_train_batch_size", "4", "--disable_tqdm", "true"]
@@ -52,35 +53,60 @@ def test_pretrain_smooths_the_language_model_loss(recipe, tmp_path, corpus_file)
 
 
 def test_the_hook_is_swapped_by_a_user_and_by_a_subclass(corpus):
-    """`model.loss_function = fn` reaches every LM term (here BERT's MLM, SpanBERT's MLM and SBO, ELECTRA's
-    generator), with the model's `label_smoothing`; a subclass overriding `loss_function` does too."""
+    """`model.token_loss = MyLoss()` reaches every LM term (here BERT's MLM through its fused head's chunks, SpanBERT's
+    MLM and SBO, ELECTRA's generator), a knob of its own included; its `label_smoothing` is the hook's."""
+
+    class Doubled(TokenLoss):  # a loss with a knob of its own
+        def __init__(self, factor: float, label_smoothing: float = 0.0, calls: list | None = None):
+            super().__init__(label_smoothing)
+            self.factor, self.calls = factor, calls
+
+        def __call__(self, logits, targets):
+            self.calls.append(self.label_smoothing)
+            return self.factor * language_model_loss(logits, targets, self.label_smoothing)
+
     for name, terms in (("bert-tiny", {"mlm_loss"}), ("spanbert-tiny", {"mlm_loss", "sbo_loss"})):
         model, _, batch = setup(name, corpus)
         calls = []
-
-        def doubled(logits, targets, label_smoothing=0.0, calls=calls):
-            calls.append(label_smoothing)
-            return 2 * language_model_loss(logits, targets, label_smoothing)
-
         plain = model(**batch)
-        model.loss_function, model.label_smoothing = doubled, 0.25
+        model.token_loss = Doubled(2.0, 0.25, calls)
         swapped = model(**batch)
         assert calls == [0.25] * len(terms)
-        model.loss_function = language_model_loss
+        model.token_loss = TokenLoss(0.25)
         smoothed = model(**batch)
         for term in terms:
             torch.testing.assert_close(swapped[term], 2 * smoothed[term])
             assert not torch.allclose(smoothed[term], plain[term])  # smoothing 0.25 moves it
 
-    class Halved(type(setup("electra-tiny", corpus)[0])):
-        @property
-        def loss_function(self):
-            return lambda logits, targets, label_smoothing: language_model_loss(logits, targets) / 2
-
     model, _, batch = setup("electra-tiny", corpus)
     plain = model(**batch).mlm_loss
-    model.__class__ = Halved
+    model.token_loss = Doubled(0.5, calls=[])
     torch.testing.assert_close(model(**batch).mlm_loss, plain / 2)
+
+
+def test_bert_fused_head_runs_the_hook_chunk_by_chunk(monkeypatch):
+    """BERT's fused head (chunked, here one target a chunk) computes a swapped hook exactly, gradients included, and
+    only the hook's own `language_model_loss` may take Liger's kernel (`TokenLoss.chunk_loss`)."""
+    from hf_bertology.models import fused_cross_entropy
+
+    class Tempered(TokenLoss):
+        def __call__(self, logits, targets):
+            return language_model_loss(logits / 2, targets, self.label_smoothing)
+
+    assert TokenLoss().chunk_loss() is language_model_loss and Tempered().chunk_loss() is not language_model_loss
+    monkeypatch.setattr(fused_cross_entropy, "CHUNK_BYTES", 1)  # every head fused, one row a chunk
+    torch.manual_seed(0)
+    hidden = torch.randn(7, 16, requires_grad=True)
+    decoder = torch.nn.Linear(16, 50)
+    targets = torch.randint(0, 50, (7,))
+    hook = Tempered(0.1)
+    logits, loss, _ = hook.linear(hidden, decoder, targets, return_logits=False)
+    assert logits is None
+    (grad,) = torch.autograd.grad(loss, hidden)
+    expected = hook(decoder(hidden), targets)
+    (expected_grad,) = torch.autograd.grad(expected, hidden)
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(grad, expected_grad)
 
 
 def without_labelled_tokens(batch: dict) -> dict:

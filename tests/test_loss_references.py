@@ -244,7 +244,7 @@ def metric_references(batch: dict, output, seen: dict) -> dict[str, torch.Tensor
 
 
 def check(model, batch: dict, name: str, smoothing: float = 0.0) -> None:
-    model.label_smoothing = smoothing  # what `BertologyTrainer` sets from --label_smoothing_factor
+    model.token_loss.label_smoothing = smoothing  # what `BertologyTrainer` sets from --label_smoothing_factor
     output, seen = run(model, batch)
     objective = name.split("@")[0].rsplit("-", 1)[0]
     ref = references(model, batch, output, seen, objective, smoothing)

@@ -34,6 +34,8 @@ FAMILY = {
     "xlnet": "xlnet",
     "deberta-v3": "deberta-v2",
     "modernbert": "modernbert",
+    "electra-15": "electra",
+    "replace-mlm": "electra",
 }
 
 

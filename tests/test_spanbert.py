@@ -37,32 +37,51 @@ def test_config_holds_the_readme_recipe():
     assert training["lr_scheduler_kwargs"] == {"decay_from_start": True}  # its fairseq's polynomial_decay, power 1
 
 
-def test_sbo_sees_only_the_boundaries_and_the_relative_position():
+def sbo_probe(targets: list) -> tuple:
+    """(model, the encoder's output replaced by a `(2, 12, 32)` leaf, the output) of SBO targets `((row, token),
+    (s - 1, e + 1), relative position)`: gradients on the leaf show which hidden states each prediction reads."""
     model = tiny_model()
     batch, length, hidden = 2, 12, 32
     states = torch.randn(batch, length, hidden, requires_grad=True)
-    # Replace the encoder output by a leaf, so gradients show which hidden states the SBO prediction reads.
     model.bert.register_forward_hook(
         lambda module, args, output: BaseModelOutputWithPoolingAndCrossAttentions(last_hidden_state=states)
     )
     sbo_labels = torch.full((batch, length), -100)
     boundaries = torch.zeros(batch, length, 2, dtype=torch.long)
     relative = torch.zeros(batch, length, dtype=torch.long)
-    # One target: row 1, span 4..7, token 6 (relative position 2); boundaries 3 and 8.
-    sbo_labels[1, 6], boundaries[1, 6], relative[1, 6] = 17, torch.tensor([3, 8]), 2
+    for (row, token), ends, offset in targets:
+        sbo_labels[row, token], boundaries[row, token], relative[row, token] = 17, torch.tensor(ends), offset
     out = model(
         input_ids=torch.ones(batch, length, dtype=torch.long),
         sbo_labels=sbo_labels,
         sbo_boundaries=boundaries,
         sbo_relative_positions=relative,
     )
+    return model, states, out
+
+
+def test_sbo_sees_only_the_boundaries_and_the_relative_position():
+    # One target: row 1, span 4..7, token 6 (relative position 2); boundaries 3 and 8.
+    model, states, out = sbo_probe([((1, 6), (3, 8), 2)])
     out.sbo_loss.backward()
     touched = states.grad.abs().sum(-1) > 0  # (B, T)
-    expected = torch.zeros(batch, length, dtype=torch.bool)
+    expected = torch.zeros(*touched.shape, dtype=torch.bool)
     expected[1, [3, 8]] = True
     assert torch.equal(touched, expected)
     position_rows = model.sbo.position_embeddings.weight.grad.abs().sum(-1) > 0
     assert position_rows.nonzero().flatten().tolist() == [2]
+
+
+def test_each_sbo_target_reads_its_own_boundaries():
+    """Several targets in several rows: target k's logits have a gradient on its own two boundaries and nowhere else
+    (the step gathers every target's boundary rows in one `(2N, H)` tensor; a target must not take another's)."""
+    targets = [((0, 2), (1, 4), 0), ((0, 3), (1, 4), 1), ((1, 6), (3, 8), 2), ((1, 10), (9, 11), 0)]
+    _, states, out = sbo_probe(targets)
+    for k, ((row, _), ends, _) in enumerate(targets):  # the logits in the targets' flat order
+        (grad,) = torch.autograd.grad(out.sbo_logits[k].sum(), states, retain_graph=True)
+        expected = torch.zeros(*grad.shape[:2], dtype=torch.bool)
+        expected[row, list(ends)] = True
+        assert torch.equal(grad.abs().sum(-1) > 0, expected), k
 
 
 def test_loss_is_mlm_plus_sbo_and_counts_normalise():

@@ -145,10 +145,9 @@ class DataCollatorForMaskedLM(Treatment, WordStartLookup, ExampleSeeded):
         names = ("mlm_probability", "max_predictions_per_seq", "mask_replace_prob", "random_replace_prob")
         names += ("whole_word_mask", "masking_draw")
         kwargs = {name: getattr(config, name) for name in names if hasattr(config, name)}
-        # replaced-token detection (ELECTRA, DeBERTa-v3, composed RTD cells): the generator's noise is keyed too
-        kwargs["return_sample_keys"] = bool(
-            getattr(config, "replaced_token_detection", hasattr(config, "discriminator_weight"))
-        )
+        # a generator that samples in the model (two networks: ELECTRA, DeBERTa-v3, a cell with a generator): its
+        # noise is keyed too
+        kwargs["return_sample_keys"] = bool(getattr(config, "writes_joint_type", False))
         kwargs.update(overrides)
         return cls(tokenizer=tokenizer, **kwargs)
 

@@ -15,6 +15,16 @@ from .configuration_recipe import JointConfig, check_masking
 # config.json's `model_type` of an RTD objective on family `{}` (`to_diff_dict`); read back as the family's.
 JOINT_MODEL_TYPE = "bertology-rtd-{}-joint"
 SENTENCE_TASK_CHOICES = (None, "nsp", "sop")
+# the objective fields that bring a generator (a second network, trained with the first): RTD's, Replace MLM's
+GENERATOR_PARTS = ("replaced_token_detection", "replace_mlm")
+
+
+def two_networks(fields) -> bool:
+    """Whether an objective's fields (a config's, or a saved config.json's) bring a generator: the one answer to "is
+    it a joint model" for a composed cell (`writes_joint_type`, the recipes' `networks`)."""
+    return any(bool(fields.get(name)) for name in GENERATOR_PARTS)
+
+
 EMBEDDING_SHARING = ("gdes", "es", "nes")
 
 
@@ -28,6 +38,9 @@ class ComposedObjectiveConfig(JointConfig):
             `sbo_position_embedding_size` as in SpanBERT; without SBO they are absent and the span collator makes no
             SBO targets).
         replaced_token_detection (`bool`): train a generator and a discriminator (ELECTRA, DeBERTa-v3).
+        replace_mlm (`bool`): "Replace MLM" (ELECTRA §3.2, Table 5): masked LM whose chosen tokens are replaced by
+            samples of a generator trained with it, instead of [MASK] (the generator's fields as RTD's). Kept in
+            config.json only where true, so the checkpoints written before it read and write the same.
         embedding_sharing (`str`): `"es"`, `"gdes"` or `"nes"` (RTD only).
         generator_hidden_fraction (`float`), generator_layers_fraction (`float`): the generator's width and depth as
             fractions of the discriminator's (ELECTRA 1/4 and 1; DeBERTa-v3 1 and 1/2).
@@ -59,6 +72,8 @@ class ComposedObjectiveConfig(JointConfig):
             raise ValueError(f"embedding_sharing must be one of {EMBEDDING_SHARING}, got {embedding_sharing!r}")
         if not (0 < generator_hidden_fraction <= 1 and 0 < generator_layers_fraction <= 1):
             raise ValueError("generator_hidden_fraction and generator_layers_fraction must be in (0, 1]")
+        if replaced_token_detection and kwargs.get("replace_mlm"):
+            raise ValueError("replace_mlm trains masked LM, not replaced-token detection: set one of them")
         if replaced_token_detection and sentence_task is not None:
             raise ValueError("replaced-token detection with a sentence task is not supported; set sentence_task=None")
         if span_boundary_objective:  # SpanBERT's head settings; absent otherwise, so the span collator makes no SBO
@@ -82,14 +97,25 @@ class ComposedObjectiveConfig(JointConfig):
         self.disallow_correct = disallow_correct
         self.input_format = input_format
         super().__init__(**kwargs)
-        if replaced_token_detection:  # auto_map names the config class: only remote code knows the joint type
+        if self.writes_joint_type:  # auto_map names the config class: only remote code knows the joint type
             self._auto_class = "AutoConfig"
 
     joint_model_type = JOINT_MODEL_TYPE
+    replace_mlm = False  # (an instance holds it only where it is true)
 
     @property
-    def writes_joint_type(self) -> bool:  # two networks only with replaced-token detection
-        return self.replaced_token_detection
+    def objectives(self) -> tuple[str, ...]:
+        """The objectives the model is built from (`modeling_composed`), in the order their heads are added."""
+        if self.replaced_token_detection:  # the discriminator's head first: the order checkpoints were written in
+            return ("replaced_token_detection", "generator")
+        parts = ("span_boundary",) * self.span_boundary_objective + ("sentence_task",) * (
+            self.sentence_task is not None
+        )
+        return ("masked_lm", *parts, *("generator",) * self.replace_mlm)  # Replace MLM: a generator's samples in
+
+    @property
+    def writes_joint_type(self) -> bool:  # two networks only with a generator
+        return two_networks(self.__dict__)
 
     def discriminator_config(self):
         """The family's own config with every field of this one (the recipe's stay as attributes)."""

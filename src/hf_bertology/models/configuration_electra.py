@@ -48,6 +48,10 @@ class BertologyElectraConfig(JointConfig, ElectraConfig):
             Two-stage training (paper §3.2): train the generator alone for this many optimizer steps, then
             initialise the discriminator from it and train the discriminator with the generator frozen. Needs
             `generator_hidden_fraction=1.0`. `None` (default): joint training.
+        rtd_loss_positions (`str`, defaults to `"all"`):
+            The tokens the discriminator's loss reads: every real token (ELECTRA), or `"masked"`, the chosen ones
+            only ("ELECTRA 15%", §3.2 Table 5; `replaced_token_detection.MaskedTokenDetection`). Kept in
+            config.json only where it is not `"all"`, so the checkpoints written before it read and write the same.
         input_format (`str`, defaults to `"electra_segments"`):
             Sentences of one document packed up to the maximum length, as one segment (10%) or two (no NSP), with
             5% random-length examples (build_pretraining_dataset.py; `hf_bertology.data.segments`).
@@ -55,6 +59,7 @@ class BertologyElectraConfig(JointConfig, ElectraConfig):
 
     _auto_class = "AutoConfig"  # auto_map names this class: only remote code knows the joint model_type
     joint_model_type = JOINT_MODEL_TYPE
+    rtd_loss_positions = "all"  # (an instance holds it only where it is not the default)
 
     def __init__(
         self,
@@ -70,10 +75,13 @@ class BertologyElectraConfig(JointConfig, ElectraConfig):
         sampling_temperature: float = 1.0,
         disallow_correct: bool = False,
         two_stage_generator_steps: int | None = None,
+        rtd_loss_positions: str = "all",
         input_format: str = "electra_segments",
         **kwargs,
     ):
         kwargs.pop("model_type", None)  # a saved one (the joint type) must not hide the class's "electra"
+        if rtd_loss_positions not in ("all", "masked"):
+            raise ValueError(f"rtd_loss_positions must be 'all' or 'masked', got {rtd_loss_positions!r}")
         if not 0.0 < generator_hidden_fraction <= 1.0:
             raise ValueError(f"generator_hidden_fraction must be in (0, 1], got {generator_hidden_fraction}")
         if generator_weight < 0 or discriminator_weight < 0:
@@ -90,6 +98,8 @@ class BertologyElectraConfig(JointConfig, ElectraConfig):
                 )
         set_fields(self, locals())
         super().__init__(**kwargs)
+        if rtd_loss_positions == "all":  # absent at its default (the class's): config.json as before it existed
+            del self.rtd_loss_positions
         if (
             two_stage_generator_steps is not None
             and generator_config(self).to_dict() != self.discriminator_config().to_dict()

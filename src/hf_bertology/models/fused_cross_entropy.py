@@ -1,9 +1,10 @@
 """Masked-LM loss without the `(M, V)` logits: the output layer and the language-model loss fused, in chunks.
 
 At BERT-base sizes the unfused head keeps about 600 MB of logits and as much of their gradient; the chunked version
-keeps one chunk (`CHUNK_BYTES`), computing each chunk's gradient at once through the model's own loss
-(`lm_loss.LanguageModelLoss.loss_function`, label smoothing included: exact, not bypassed). On CUDA,
-Liger-Kernel's `fused_linear_cross_entropy` is used where installed (`hf_bertology[liger]`); torch has no fused op.
+keeps one chunk (`CHUNK_BYTES`), computing each chunk's gradient at once through the model's own loss hook
+(`token_loss.TokenLoss`, label smoothing and any knob of its own included: exact, not bypassed). On CUDA,
+Liger-Kernel's `fused_linear_cross_entropy` is used where installed (`hf_bertology[liger]`) for the hook's own
+`language_model_loss` only (its kernel computes that function); torch has no fused op.
 `sparse_mlm_loss` chooses the unfused head where logits are asked for, without gradient, under `torch.compile` or
 where the logits fit one chunk. docs/recipes/bert.md ("In the code").
 """
@@ -100,7 +101,7 @@ def sparse_mlm_loss(
     label_smoothing: float = 0.0,
 ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
     """`(logits or None, summed loss, argmax or None)` of `loss_function(decoder(hidden), targets,
-    label_smoothing=...)` (the model's hook, `lm_loss.LanguageModelLoss`; `hidden`: `(M, E)` states of the M
+    label_smoothing=...)` (the model's hook, `token_loss.TokenLoss.linear`; `hidden`: `(M, E)` states of the M
     targets, -100: ignored). `return_logits`: True always returns the logits (unfused), None lets the choice above
     decide, False asks for the fused loss wherever there is a gradient to compute. Liger computes the default loss
     only (a swapped loss runs chunked)."""

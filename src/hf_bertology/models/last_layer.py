@@ -1,14 +1,16 @@
 """The last encoder layer on the positions a loss reads only (flash-attn's BERT `last_layer_subset`, MLPerf BERT's
 `dense_seq_output`), exact: its attention module on every token, its feed-forward block on those rows.
 
-`install_subset` wraps the last layer's forward in place (ALBERT: its encoder, its one layer being shared; DeBERTa: its
-model, whose keywords do not reach its layers); the backbone, called with `last_layer_positions` (flat `(M,)` indices
-into the `(B, T)` batch), which transformers hands down to every layer, returns those rows as a `(1, M, H)`
-`last_hidden_state`, in that order. How, and where not: docs/internals.md.
+`install_subset` puts a subclass of the family's module in the last layer's place (`SubsetBertLayer` for a
+`BertLayer`, ...; ALBERT: its encoder, its one layer being shared; DeBERTa: its model, whose keywords do not reach its
+layers), holding the same parameters under the same names; called with `last_layer_positions` (flat `(M,)` indices
+into the `(B, T)` batch), which transformers hands down to every layer, the backbone returns those rows as a
+`(1, M, H)` `last_hidden_state`, in that order. Without it, the subclass is transformers' own forward.
+tests/test_last_layer_subset.py runs each on every row against the installed transformers' module. docs/internals.md.
 """
 
+import functools
 from collections.abc import Callable
-from types import MethodType
 
 import torch
 from torch import nn
@@ -44,42 +46,52 @@ def _modernbert_layer(layer, hidden, at, attention_mask=None, position_embedding
     return hidden + layer.mlp(layer.mlp_norm(hidden))
 
 
-def scatter_rows(rows: torch.Tensor, at: torch.Tensor, shape: torch.Size, repeats: bool = False) -> torch.Tensor:
-    """`(B, T, H)` of a `(B, T)` `shape`: `rows` at their flat positions `at`, zero elsewhere. A position given twice
-    gets its gradient twice through `index_copy`; where a loss reads it (`repeats`: SBO's span boundaries, shared by a
-    span's tokens) each copy is weighted by its count's inverse and summed instead (within an ulp of the value)."""
-    flat = rows.new_zeros(shape.numel(), rows.shape[-1])
-    if not repeats:
-        return flat.index_copy(0, at, rows).view(*shape, -1)
-    count = torch.zeros(flat.shape[0], dtype=rows.dtype, device=rows.device).index_add_(0, at, rows.new_ones(len(at)))
-    return flat.index_add(0, at, rows / count.take(at)[:, None]).view(*shape, -1)
+def scatter_rows(rows: torch.Tensor, at: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """`(B, T, H)` of a `(B, T)` `shape`: `rows` at their flat positions `at` (each once), zero elsewhere."""
+    return rows.new_zeros(shape.numel(), rows.shape[-1]).index_copy(0, at, rows).view(*shape, -1)
 
 
-def _wrapped_layer(layer_forward: Callable) -> Callable:
-    def forward(self, hidden_states, *args, **kwargs):
+class LastLayerSubset:
+    """Mixed in before a transformers module (the last layer, ALBERT's encoder, DeBERTa's model): its own forward,
+    unless called with `last_layer_positions` while `last_layer_subset` is on; then `rows_forward`'s."""
+
+    last_layer_subset = True  # `use_last_layer_subset` switches it
+
+    def forward(self, *args, **kwargs):
         at = kwargs.pop(KEY, None)
         if at is None or not self.last_layer_subset:
-            return self._full_forward(hidden_states, *args, **kwargs)
-        return layer_forward(self, hidden_states, at, *args, **kwargs)[None]  # (1, M, H): the rows, in order
+            return super().forward(*args, **kwargs)
+        return self.rows_forward(at, *args, **kwargs)
 
-    return forward
+    @classmethod
+    def adopt(cls, module: nn.Module) -> nn.Module:
+        """A `cls` (a subclass of `module`'s class) holding `module`'s parameters, buffers and settings, to take its
+        place; `module` itself is left as it was."""
+        subset = cls.__new__(cls)
+        subset.__dict__.update(module.__dict__)
+        return subset
 
 
-def _albert_encoder(self, hidden_states, attention_mask=None, **kwargs):
-    """`AlbertTransformer.forward` (transformers 5.x) with the last application of its shared layer on the rows."""
-    at = kwargs.pop(KEY, None)
-    if at is None or not self.last_layer_subset:
-        return self._full_forward(hidden_states, attention_mask, **kwargs)
-    hidden_states = self.embedding_hidden_mapping_in(hidden_states)
-    depth, groups = self.config.num_hidden_layers, self.config.num_hidden_groups
-    for i in range(depth):
-        layers = self.albert_layer_groups[int(i / (depth / groups))].albert_layers
-        for j, layer in enumerate(layers):
-            if i == depth - 1 and j == len(layers) - 1:
-                hidden_states = _albert_layer(layer, hidden_states, at, attention_mask, **kwargs)[None]  # (1, M, H)
-            else:
-                hidden_states = layer(hidden_states, attention_mask, **kwargs)
-    return BaseModelOutput(last_hidden_state=hidden_states)
+class _LayerRows(LastLayerSubset):
+    rows_function: Callable  # (layer, hidden, at, *args, **kwargs) -> (M, H)
+
+    def rows_forward(self, at, hidden_states, *args, **kwargs):
+        return type(self).rows_function(self, hidden_states, at, *args, **kwargs)[None]  # (1, M, H): in order
+
+
+class _AlbertEncoderRows(LastLayerSubset):
+    def rows_forward(self, at, hidden_states, attention_mask=None, **kwargs):
+        """`AlbertTransformer.forward` with the last application of its shared layer on the rows."""
+        hidden_states = self.embedding_hidden_mapping_in(hidden_states)
+        depth, groups = self.config.num_hidden_layers, self.config.num_hidden_groups
+        for i in range(depth):
+            layers = self.albert_layer_groups[int(i / (depth / groups))].albert_layers
+            for j, layer in enumerate(layers):
+                if i == depth - 1 and j == len(layers) - 1:
+                    hidden_states = _albert_layer(layer, hidden_states, at, attention_mask, **kwargs)[None]
+                else:
+                    hidden_states = layer(hidden_states, attention_mask, **kwargs)
+        return BaseModelOutput(last_hidden_state=hidden_states)  # (1, M, H)
 
 
 def deberta_rows(layer, keys, at, attention_mask, query_states=None, relative_pos=None, rel_embeddings=None):
@@ -112,61 +124,79 @@ def deberta_below_last(deberta, input_ids=None, attention_mask=None, token_type_
     return hidden, layer_mask, relative_pos, rel_embeddings
 
 
-def _deberta_model(self, input_ids=None, attention_mask=None, *args, **kwargs):
-    """`DebertaV2Model.forward`, whose keywords do not reach its layers: below the last layer as it runs, the last
-    on the rows."""
-    at = kwargs.pop(KEY, None)
-    if at is None or not self.last_layer_subset:
-        return self._full_forward(input_ids, attention_mask, *args, **kwargs)
-    hidden, *context = deberta_below_last(self, input_ids, attention_mask, *args, **kwargs)
-    rows = deberta_rows(self.encoder.layer[-1], hidden, at, context[0], None, *context[1:])
-    return BaseModelOutput(last_hidden_state=rows[None])  # (1, M, H)
+class _DebertaModelRows(LastLayerSubset):
+    def rows_forward(self, at, input_ids=None, attention_mask=None, *args, **kwargs):
+        """`DebertaV2Model.forward`, whose keywords do not reach its layers: below the last layer as it runs, the
+        last on the rows."""
+        hidden, *context = deberta_below_last(self, input_ids, attention_mask, *args, **kwargs)
+        rows = deberta_rows(self.encoder.layer[-1], hidden, at, context[0], None, *context[1:])
+        return BaseModelOutput(last_hidden_state=rows[None])  # (1, M, H)
 
 
-def _deberta_wrapped(backbone: nn.Module) -> nn.Module | None:
-    """DeBERTa's model, unless it runs EMD-like passes of its own (`z_steps`) or its convolution follows the first
-    layer when that is the last."""
+def _last_of_layers(parent: nn.Module, name: str) -> tuple[nn.Module, str]:
+    """(the list, the index) of the last layer of a BERT-like encoder or ModernBERT's."""
+    backbone = getattr(parent, name)
+    layers = backbone.encoder.layer if hasattr(backbone, "encoder") else backbone.layers
+    return layers, str(len(layers) - 1)
+
+
+def _deberta_itself(parent: nn.Module, name: str) -> tuple[nn.Module, str] | None:
+    """DeBERTa's model itself, unless it runs EMD-like passes of its own (`z_steps`) or its convolution follows the
+    first layer when that is the last (then not exact: None)."""
+    backbone = getattr(parent, name)
     conv_last = backbone.encoder.conv is not None and len(backbone.encoder.layer) == 1
-    return backbone if getattr(backbone, "z_steps", 0) <= 1 and not conv_last else None
+    return None if getattr(backbone, "z_steps", 0) > 1 or conv_last else (parent, name)
 
 
-def _encoder_last(backbone: nn.Module) -> nn.Module:
-    return backbone.encoder.layer[-1]
-
-
-# model_type -> (the module `install_subset` wraps, read off the backbone; its forward taking `last_layer_positions`)
+# model_type -> (where the module that takes the subset is, `(parent, name) -> (its owner, its name)`, None where not
+# exact; the subset's behaviour, mixed in before the module's own class; its rows function)
 SUBSETS = {
-    "bert": (_encoder_last, _wrapped_layer(_bert_layer)),
-    "roberta": (_encoder_last, _wrapped_layer(_bert_layer)),
-    "electra": (_encoder_last, _wrapped_layer(_bert_layer)),
-    "albert": (lambda backbone: backbone.encoder, _albert_encoder),  # its one layer is shared across depths
-    "deberta-v2": (_deberta_wrapped, _deberta_model),  # its keywords do not reach its layers
-    "modernbert": (lambda backbone: backbone.layers[-1], _wrapped_layer(_modernbert_layer)),
+    "bert": (_last_of_layers, _LayerRows, _bert_layer),
+    "roberta": (_last_of_layers, _LayerRows, _bert_layer),
+    "electra": (_last_of_layers, _LayerRows, _bert_layer),
+    "modernbert": (_last_of_layers, _LayerRows, _modernbert_layer),
+    "albert": (lambda parent, name: (getattr(parent, name), "encoder"), _AlbertEncoderRows, None),  # one shared layer
+    "deberta-v2": (_deberta_itself, _DebertaModelRows, None),  # its keywords do not reach its layers
 }
 
 
-def _last_layer(backbone: nn.Module) -> nn.Module | None:
-    """The module `install_subset` wraps: the last layer, ALBERT's encoder or DeBERTa's model (None: not exact)."""
-    entry = SUBSETS.get(backbone.config.model_type)
-    return None if entry is None else entry[0](backbone)
+@functools.cache
+def subset_class(module_class: type, rows: type, rows_function: Callable | None) -> type:
+    """`Subset<Class>`: `rows` mixed in before `module_class`, the transformers module it takes the place of."""
+    namespace = {"__module__": __name__, "__qualname__": f"Subset{module_class.__name__}"}
+    if rows_function is not None:
+        namespace["rows_function"] = staticmethod(rows_function)
+    return type(f"Subset{module_class.__name__}", (rows, module_class), namespace)
 
 
-def install_subset(backbone: nn.Module | None) -> None:
-    """Let `backbone` (a transformers base model) take `last_layer_positions`; on, once, where it is exact."""
-    module = None if backbone is None else _last_layer(backbone)
-    if module is None or hasattr(module, "_full_forward"):
+def install_subset(parent: nn.Module, name: str) -> None:
+    """Let the backbone at `parent.<name>` (a transformers base model) take `last_layer_positions`: the module that
+    runs the subset put in its place, once, where it is exact."""
+    backbone = getattr(parent, name, None)
+    entry = None if backbone is None else SUBSETS.get(backbone.config.model_type)
+    place = None if entry is None else entry[0](parent, name)
+    if place is None:
         return
-    module._full_forward = module.forward
-    module.last_layer_subset = True
-    module.forward = MethodType(SUBSETS[backbone.config.model_type][1], module)
+    owner, slot = place
+    module = owner._modules[slot]
+    if not isinstance(module, LastLayerSubset):
+        owner._modules[slot] = subset_class(type(module), *entry[1:]).adopt(module)
 
 
 def use_last_layer_subset(model: nn.Module, enabled: bool = True) -> nn.Module:
     """Switch the subset on or off in every backbone of `model` (on by default where installed)."""
     for module in model.modules():
-        if hasattr(module, "_full_forward"):
+        if isinstance(module, LastLayerSubset):
             module.last_layer_subset = enabled
     return model
+
+
+def _last_layer(backbone: nn.Module) -> nn.Module | None:
+    """The module that takes the subset: the last layer, ALBERT's encoder or DeBERTa's model (None: none)."""
+    encoder = getattr(backbone, "encoder", None)
+    layers = getattr(encoder, "layer", None) or getattr(backbone, "layers", None)
+    candidates = (backbone, encoder, layers[-1] if layers else None)
+    return next((module for module in candidates if isinstance(module, LastLayerSubset)), None)
 
 
 def _subsets(backbone: nn.Module, inputs: dict) -> bool:
@@ -186,36 +216,3 @@ def subset_inputs(backbone: nn.Module, *positions: torch.Tensor | None, inputs: 
     at = parts[0] if len(parts) == 1 else torch.cat(parts)
     # no row to read (a batch with no labelled token): the full layer, whose pooler reads a first token (a shape, no sync)
     return {KEY: at} if at.numel() else {}
-
-
-def first_tokens(labels: torch.Tensor, cu_seq_lens: torch.Tensor | None) -> torch.Tensor:
-    """Flat positions of each example's first token (NSP / SOP read them) in the `(B, T)` batch of `labels`:
-    `cu_seq_lens[:-1]` in a padding-free row, the first column of every padded row."""
-    if cu_seq_lens is not None:
-        return cu_seq_lens[:-1]  # int32 is promoted by the `cat` with the targets
-    return torch.arange(0, labels.numel(), labels.shape[1], device=labels.device)
-
-
-def sbo_boundaries(sbo_boundaries: torch.Tensor, at: torch.Tensor, width: int) -> torch.Tensor:
-    """Flat positions of the span boundaries SBO reads (`span_boundary.span_boundary_loss`'s), `(2N,)`."""
-    return (sbo_boundaries.flatten(0, 1).index_select(0, at) + (at // width * width)[:, None]).flatten()
-
-
-def _labelled(labels: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
-    return labels.flatten().ne(-100).nonzero().squeeze(1) if positions is None else positions  # (M,)
-
-
-def masked_lm_rows(backbone, labels, target_positions, reads_first: bool, sbo: tuple, inputs: dict):
-    """`(subset_inputs, sizes)` of a masked-LM step (`masked_lm.MaskedLMPreTraining`): the labelled tokens, each
-    example's first token where NSP / SOP reads it, SBO's span boundaries where `sbo` = `(sbo_labels, sbo_boundaries,
-    sbo_target_positions)` has labels; `sizes`: how many rows of each, in that order (`({}, None)`: no subset)."""
-    if not _subsets(backbone, inputs):
-        return {}, None
-    first = first_tokens(labels, inputs.get("cu_seq_lens_q")) if reads_first else None
-    sbo_labels, boundaries, sbo_positions = sbo
-    ends = None
-    if sbo_labels is not None and boundaries is not None:
-        ends = sbo_boundaries(boundaries, _labelled(sbo_labels, sbo_positions), labels.shape[1])
-    at = _labelled(labels, target_positions)
-    sizes = [len(part) if part is not None else 0 for part in (at, first, ends)]
-    return subset_inputs(backbone, at, first, ends, inputs=inputs), sizes

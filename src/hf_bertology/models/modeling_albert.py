@@ -9,13 +9,13 @@ from transformers import AlbertModel, AlbertPreTrainedModel
 from transformers.models.albert.modeling_albert import AlbertMLMHead, AlbertSOPHead
 
 from .configuration_albert import BertologyAlbertConfig
-from .masked_lm import MLM_HEADS, MaskedLMPreTraining, pool_first_tokens
+from .masked_lm import MLM_HEADS, MaskedLM
+from .sentence_task import SentenceTask
+from .step import PreTrainingModel, pretraining_step
 
 
-class BertologyAlbertForPreTraining(MaskedLMPreTraining, AlbertPreTrainedModel):
+class BertologyAlbertForPreTraining(PreTrainingModel, AlbertPreTrainedModel):
     config_class = BertologyAlbertConfig
-    logits_name = "prediction_logits"  # AlbertForPreTraining's names
-    sentence_key, sentence_logits_name = "sentence_order_label", "sop_logits"
     _tied_weights_keys = {
         "predictions.decoder.weight": "albert.embeddings.word_embeddings.weight",
         "predictions.decoder.bias": "predictions.bias",
@@ -26,6 +26,9 @@ class BertologyAlbertForPreTraining(MaskedLMPreTraining, AlbertPreTrainedModel):
         self.albert = AlbertModel(config)
         self.predictions = AlbertMLMHead(config)
         self.sop_classifier = AlbertSOPHead(config)
+        # AlbertForPreTraining's output names
+        sop = SentenceTask("sentence_order_label", "sop_classifier", logits_name="sop_logits")
+        self.objectives = (MaskedLM(logits_name="prediction_logits"), sop)
         self.post_init()
 
     def get_output_embeddings(self):
@@ -40,14 +43,7 @@ class BertologyAlbertForPreTraining(MaskedLMPreTraining, AlbertPreTrainedModel):
     def predict(self, states):
         return MLM_HEADS["albert"](self, states)
 
-    def sentence_logits(self, outputs, cu_seq_lens):
-        if cu_seq_lens is not None:  # the pooler on every example's [CLS], not only the row's first
-            return self.first_token_logits(outputs.last_hidden_state[0, cu_seq_lens[:-1].long()])
-        return self.sop_classifier(outputs.pooler_output)  # (B, 2); class 1: swapped
-
-    def first_token_logits(self, first):
-        return self.sop_classifier(pool_first_tokens(self.albert, first))  # (B, 2)
-
     def forward(self, input_ids=None, attention_mask=None, *, labels=None, sentence_order_label=None, **inputs):
-        """Masked LM + sentence-order prediction (ALBERT §4.2); the arguments are `pretraining_step`'s."""
-        return self.pretraining_step(input_ids, attention_mask, labels, sentence_order_label, **inputs)
+        """Masked LM + sentence-order prediction (ALBERT §4.2); `step.pretraining_step`."""
+        labels = {"labels": labels, "sentence_order_label": sentence_order_label}
+        return pretraining_step(self, input_ids, attention_mask, labels, **inputs)

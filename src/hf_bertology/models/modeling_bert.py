@@ -9,14 +9,13 @@ from transformers import BertModel, BertPreTrainedModel
 from transformers.models.bert.modeling_bert import BertPreTrainingHeads
 
 from .configuration_bert import BertologyBertConfig
-from .fused_cross_entropy import sparse_mlm_loss
-from .masked_lm import MLM_HEADS, MaskedLMPreTraining, pool_first_tokens
+from .masked_lm import MLM_HEADS, MaskedLM
+from .sentence_task import SentenceTask
+from .step import PreTrainingModel, pretraining_step
 
 
-class BertologyBertForPreTraining(MaskedLMPreTraining, BertPreTrainedModel):
+class BertologyBertForPreTraining(PreTrainingModel, BertPreTrainedModel):
     config_class = BertologyBertConfig
-    logits_name = "prediction_logits"  # BertForPreTraining's names
-    sentence_key, sentence_logits_name = "next_sentence_label", "seq_relationship_logits"
     _tied_weights_keys = {
         "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
         "cls.predictions.decoder.bias": "cls.predictions.bias",
@@ -26,6 +25,9 @@ class BertologyBertForPreTraining(MaskedLMPreTraining, BertPreTrainedModel):
         super().__init__(config)
         self.bert = BertModel(config)
         self.cls = BertPreTrainingHeads(config)
+        # BertForPreTraining's output names
+        nsp = SentenceTask("next_sentence_label", "cls.seq_relationship", logits_name="seq_relationship_logits")
+        self.objectives = (MaskedLM(logits_name="prediction_logits"), nsp)
         self.post_init()
 
     def get_output_embeddings(self):
@@ -37,22 +39,15 @@ class BertologyBertForPreTraining(MaskedLMPreTraining, BertPreTrainedModel):
 
     def mlm_head(self, states, targets, return_logits: bool | None = None, with_argmax: bool = True):
         """`(logits or None, summed cross-entropy, predicted ids or None)` of the MLM head at the `(M, H)` states of
-        the targets: transform, then the output layer fused with the loss where it saves memory
-        (`fused_cross_entropy.sparse_mlm_loss`), the loss the model's hook (`loss_function`, `label_smoothing`)."""
-        head, loss = self.cls.predictions, (self.loss_function, self.label_smoothing)
-        return sparse_mlm_loss(head.transform(states), head.decoder, targets, return_logits, with_argmax, *loss)
+        the targets: transform, then the output layer fused with the model's loss hook where it saves memory
+        (`token_loss.TokenLoss.linear`)."""
+        head = self.cls.predictions
+        return self.token_loss.linear(head.transform(states), head.decoder, targets, return_logits, with_argmax)
 
     def predict(self, states):
         return MLM_HEADS["bert"](self, states)
 
-    def sentence_logits(self, outputs, cu_seq_lens):
-        if cu_seq_lens is not None:  # the pooler on every example's [CLS], not only the row's first
-            return self.first_token_logits(outputs.last_hidden_state[0, cu_seq_lens[:-1]])
-        return self.cls.seq_relationship(outputs.pooler_output)  # (B, 2); class 1: B is random
-
-    def first_token_logits(self, first):
-        return self.cls.seq_relationship(pool_first_tokens(self.bert, first))  # (B, 2)
-
     def forward(self, input_ids=None, attention_mask=None, *, labels=None, next_sentence_label=None, **inputs):
-        """Masked LM + next-sentence prediction (BERT §3.1); the arguments are `pretraining_step`'s."""
-        return self.pretraining_step(input_ids, attention_mask, labels, next_sentence_label, **inputs)
+        """Masked LM + next-sentence prediction (BERT §3.1); `step.pretraining_step`."""
+        labels = {"labels": labels, "next_sentence_label": next_sentence_label}
+        return pretraining_step(self, input_ids, attention_mask, labels, **inputs)

@@ -13,20 +13,27 @@ from transformers import initialization as init
 from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES, MODEL_MAPPING_NAMES
 
 from .configuration_composed import COMPOSED_CONFIGS
-from .configuration_recipe import first_position, generator_config
-from .masked_lm import MLM_HEADS, SENTENCE_TASKS, MaskedLMPreTraining, is_packed, pool_first_tokens
+from .configuration_recipe import generator_config
+from .masked_lm import MLM_HEADS, MaskedLM
 from .outputs import BertologyForPreTrainingOutput
 from .replaced_token_detection import (
     OTHER_TABLES,
     WORD_TABLES,
     ClsReplacedTokenDetectionHead,
     DiscriminatorHead,
+    Generator,
     GradientDisentangledEmbedding,
-    ReplacedTokenDetectionPreTraining,
+    ReplacedTokenDetection,
     add_gdes,
+    clipping_groups,
+    discriminate,
     freeze_gdes_slots,
+    gdes_pairs,
+    rtd_objective,
 )
-from .span_boundary import SpanBoundaryHead, grow_bias
+from .sentence_task import SENTENCE_TASKS, SentenceTask
+from .span_boundary import SpanBoundary, SpanBoundaryHead, grow_bias
+from .step import PreTrainingModel, pretraining_step
 
 # model_type -> (backbone class, masked-LM class) of every family an objective runs on (`COMPOSED_CONFIGS`), as
 # transformers' Auto classes map them; the backbone's base class is the family's `PreTrainedModel`, which the composed
@@ -56,9 +63,10 @@ def _has(module: nn.Module, name: str) -> bool:
     return True
 
 
-class ComposedForPreTraining(MaskedLMPreTraining, ReplacedTokenDetectionPreTraining):
+class ComposedForPreTraining(PreTrainingModel):
     """The composed pretraining model; one subclass per family below (each subclasses that family's
-    `PreTrainedModel`, so weights are initialised as the family's)."""
+    `PreTrainedModel`, so weights are initialised as the family's). Its objectives are its config's
+    (`ComposedObjectiveConfig.objectives`), each adding its heads under the paper model's names."""
 
     def __init__(self, config):
         if not isinstance(config, self.config_class):
@@ -68,33 +76,52 @@ class ComposedForPreTraining(MaskedLMPreTraining, ReplacedTokenDetectionPreTrain
         backbone_class, masked_lm_class = FAMILY_CLASSES[config.model_type]
         if config.sentence_task is not None and getattr(config, "type_vocab_size", 0) < 2:
             raise ValueError(f"a sentence task needs two token types; {config.model_type} has none")
-        prefix = self.base_model_prefix
-        setattr(self, prefix, backbone_class(config))  # with the family's pooler, if it has one
+        setattr(self, self.base_model_prefix, backbone_class(config))  # with the family's pooler, if it has one
         word_table = next(name for name in WORD_TABLES if _has(self.base_model, name))
-        self.rtd = config.replaced_token_detection
-        if self.rtd:
-            name, head = RTD_HEADS.get(config.objective, ("discriminator_predictions", DiscriminatorHead))
-            self.add_module(name, head(config))
-            self.discriminator_head = name  # where the step finds it (`replaced_token_detection_step`)
-            self.generator = masked_lm_class(generator_config(config))
-            self._tied_weights_keys = self._share_embeddings(config, masked_lm_class, prefix, word_table)
-        else:
-            masked_lm = masked_lm_class(config)
-            for name, module in masked_lm.named_children():
-                if name != prefix:
-                    self.add_module(name, module)  # the family's MLM head, under its own name
-            if hasattr(masked_lm, "legacy"):  # DeBERTa-v2's head layout, read by its output-embedding accessors
-                self.legacy = masked_lm.legacy
-            self._tied_weights_keys = dict(masked_lm_class._tied_weights_keys or {})
-            if config.span_boundary_objective:
-                self.sbo = SpanBoundaryHead(config, self.base_model.get_parameter(word_table).shape[1])
-                self._tied_weights_keys["sbo.decoder.weight"] = f"{prefix}.{word_table}"
-            if config.sentence_task is not None:
-                if getattr(self.base_model, "pooler", None) is None:
-                    self.sentence_pooler = nn.Linear(config.hidden_size, config.hidden_size)
-                self.sentence_classifier = nn.Linear(config.hidden_size, 2)
+        objectives = []
+        for name in config.objectives:  # in the order their heads were added when the checkpoints were written
+            objectives.append(getattr(self, f"_add_{name}")(config, masked_lm_class, word_table))
+        self.objectives = tuple(objectives)
         self.post_init()  # after every submodule exists: expands the tied keys and ties the shared tables
         self._freeze_unused()
+
+    def _add_masked_lm(self, config, masked_lm_class, word_table: str) -> MaskedLM:
+        """The family's MLM head modules, under their own names (plain `AutoModelForMaskedLM` gives our logits)."""
+        masked_lm = masked_lm_class(config)
+        for name, module in masked_lm.named_children():
+            if name != self.base_model_prefix:
+                self.add_module(name, module)
+        if hasattr(masked_lm, "legacy"):  # DeBERTa-v2's head layout, read by its output-embedding accessors
+            self.legacy = masked_lm.legacy
+        self._tied_weights_keys = dict(masked_lm_class._tied_weights_keys or {})
+        return MaskedLM()
+
+    def _add_span_boundary(self, config, masked_lm_class, word_table: str) -> SpanBoundary:
+        self.sbo = SpanBoundaryHead(config, self.base_model.get_parameter(word_table).shape[1])
+        self._tied_weights_keys["sbo.decoder.weight"] = f"{self.base_model_prefix}.{word_table}"
+        return SpanBoundary(weight=config.sbo_loss_weight)
+
+    def _add_sentence_task(self, config, masked_lm_class, word_table: str) -> SentenceTask:
+        if getattr(self.base_model, "pooler", None) is None:
+            self.sentence_pooler = nn.Linear(config.hidden_size, config.hidden_size)
+        self.sentence_classifier = nn.Linear(config.hidden_size, 2)
+        key = next(key for key, task in SENTENCE_TASKS.items() if task == config.sentence_task)
+        return SentenceTask(key, "sentence_classifier")
+
+    def _add_replaced_token_detection(self, config, masked_lm_class, word_table: str) -> ReplacedTokenDetection:
+        """The discriminator's head: the objective's (DeBERTa-v3's reads [CLS]), under its paper model's name."""
+        name, head = RTD_HEADS.get(config.objective, ("discriminator_predictions", DiscriminatorHead))
+        self.add_module(name, head(config))
+        return rtd_objective(config, name)
+
+    def _add_generator(self, config, masked_lm_class, word_table: str) -> Generator:
+        """A family `*ForMaskedLM` generator at `generator.*` and the tables `embedding_sharing` shares; beside a
+        masked LM of the model's own (Replace MLM) its outputs are `generator_*`."""
+        self.generator = masked_lm_class(generator_config(config))
+        shared = self._share_embeddings(config, masked_lm_class, self.base_model_prefix, word_table)
+        self._tied_weights_keys = {**self.__dict__.get("_tied_weights_keys", {}), **shared}
+        names = {"name": "generator", "logits_name": "generator_logits"} if "masked_lm" in config.objectives else {}
+        return Generator(config, config.model_type, clips_apart=config.objective in CLIPS_APART, **names)
 
     def _share_embeddings(self, config, masked_lm_class, prefix: str, word_table: str) -> dict[str, str]:
         """`_tied_weights_keys` of an RTD model: the generator's own ties, and the tables `embedding_sharing` shares
@@ -126,7 +153,7 @@ class ComposedForPreTraining(MaskedLMPreTraining, ReplacedTokenDetectionPreTrain
     def _freeze_unused(self) -> None:
         """Freeze what no loss trains (so DDP waits for no gradient): an unused pooler, and GDES's slots."""
         pooler = getattr(self.base_model, "pooler", None)
-        if pooler is not None and (self.rtd or self.config.sentence_task is None):
+        if pooler is not None and not any(isinstance(o, SentenceTask) for o in self.objectives):
             pooler.requires_grad_(False)
         freeze_gdes_slots(self)
 
@@ -134,7 +161,7 @@ class ComposedForPreTraining(MaskedLMPreTraining, ReplacedTokenDetectionPreTrain
         """The MLM decoder, found as the family's `*ForMaskedLM` finds it (its head modules are ours under the same
         names), so `resize_token_embeddings` resizes it with the word table; None for replaced-token detection (two
         networks: resize the exported `generator/` and `discriminator/`)."""
-        if self.rtd:
+        if hasattr(self, "generator"):
             return None
         return FAMILY_CLASSES[self.config.model_type][1].get_output_embeddings(self)
 
@@ -159,7 +186,6 @@ class ComposedForPreTraining(MaskedLMPreTraining, ReplacedTokenDetectionPreTrain
         if isinstance(module, GradientDisentangledEmbedding):
             init.zeros_(module.delta)
 
-    # -- the step ------------------------------------------------------------------------------------------------
     def forward(
         self,
         input_ids=None,
@@ -171,69 +197,28 @@ class ComposedForPreTraining(MaskedLMPreTraining, ReplacedTokenDetectionPreTrain
         sbo_labels=None,
         **inputs,
     ) -> BertologyForPreTrainingOutput:
-        """The objective's step: `pretraining_step`'s (masked LM, the sentence task, SBO) or, with replaced-token
-        detection, `replaced_token_detection_step`'s; every label the config may switch on is named here."""
-        if self.rtd:
-            return self.replaced_token_detection_step(input_ids, attention_mask, labels, **inputs)
-        sentence_label = next_sentence_label if self.config.sentence_task == "nsp" else sentence_order_label
-        return self.pretraining_step(
-            input_ids, attention_mask, labels, sentence_label, sbo_labels=sbo_labels, **inputs
-        )
+        """The objectives' step (`step.pretraining_step`); every label the config may switch on is named here."""
+        labels = {"labels": labels, "sbo_labels": sbo_labels}
+        labels.update(next_sentence_label=next_sentence_label, sentence_order_label=sentence_order_label)
+        return pretraining_step(self, input_ids, attention_mask, labels, **inputs)
 
-    @property
-    def sentence_key(self) -> str | None:
-        task = self.config.sentence_task
-        return None if task is None else next(key for key, name in SENTENCE_TASKS.items() if name == task)
+    def discriminate(self, input_ids, **inputs):
+        return discriminate(self, input_ids, **inputs)  # under GDES, on sg(E_G) + Δ
 
     def encode(self, input_ids, inputs):
-        inputs = dict(inputs)
-        mask, types, positions = (
-            inputs.pop(key, None) for key in ("attention_mask", "token_type_ids", "position_ids")
-        )
-        return self.base_model(input_ids, **self._backbone_inputs(mask, types, positions, inputs))
-
-    def _backbone_inputs(self, attention_mask, token_type_ids, position_ids, kwargs: dict) -> dict:
-        """The backbone's keyword inputs; a padding-free batch (`cu_seq_lens_q`) drops the mask and, on RoBERTa,
-        starts its positions after the padding index; a padded one counts them on its mask."""
-        packed = is_packed(self.config, kwargs)
-        offset = first_position(self.base_model.embeddings)
-        if packed and offset:
-            position_ids = position_ids + offset
-        elif offset and position_ids is None and attention_mask is not None:
-            # RoBERTa numbers a padded row's positions from its ids, where an RTD sample can be the pad id: count the
-            # mask instead (`create_position_ids_from_input_ids`'s values for any row without a pad id inside)
-            position_ids = attention_mask.long().cumsum(-1) * attention_mask.long() + (offset - 1)
-        inputs = {"attention_mask": None if packed else attention_mask, "position_ids": position_ids, **kwargs}
-        if hasattr(self.config, "type_vocab_size"):  # ModernBERT has no token types
-            inputs["token_type_ids"] = token_type_ids
-        return inputs
+        return self.discriminate(input_ids, **inputs)
 
     def predict(self, states):
         return MLM_HEADS[self.config.model_type](self, states)
 
-    def sentence_logits(self, outputs, cu_seq_lens):
-        states = outputs.last_hidden_state
-        first = states[:, 0] if cu_seq_lens is None else states[0, cu_seq_lens[:-1].long()]  # each example's first
-        return self.first_token_logits(first)
-
-    def first_token_logits(self, first):
-        # the family's pooler, or our `sentence_pooler` on a backbone without one
-        return self.sentence_classifier(
-            pool_first_tokens(self.base_model, first, getattr(self, "sentence_pooler", None))
-        )
-
-    def backbone_inputs(self, attention_mask, token_type_ids, position_ids, kwargs: dict) -> dict:
-        return self._backbone_inputs(attention_mask, token_type_ids, position_ids, kwargs)
+    def gdes_pairs(self) -> list[tuple[nn.Parameter, nn.Parameter, nn.Parameter]]:
+        return gdes_pairs(self)
 
     def gradient_clipping_groups(self) -> list[list[nn.Parameter]] | None:
         """DeBERTa-v3's objective clips each network's gradient norm apart, as its decoupled training (one optimizer
         a network, `rtd_task.py:265,351`; `BertologyTrainer` reads this): the generator's, then the rest. Any other
         objective (ELECTRA: one optimizer, `model/optimization.py:62`) clips the whole model: None."""
-        if not (self.rtd and self.config.objective in CLIPS_APART):
-            return None
-        generator = [p for p in self.generator.parameters() if p.requires_grad]
-        in_generator = {id(p) for p in generator}
-        return [generator, [p for p in self.parameters() if p.requires_grad and id(p) not in in_generator]]
+        return clipping_groups(self)
 
 
 def _composed_model(family_model: type) -> type:

@@ -15,16 +15,20 @@ from transformers import DebertaV2ForMaskedLM, DebertaV2Model, DebertaV2PreTrain
 from .configuration_deberta_v3 import BertologyDebertaV3Config
 from .configuration_recipe import generator_config
 from .last_layer import deberta_below_last, deberta_rows, scatter_rows, subset_inputs
-from .masked_lm import MLM_HEADS
 from .replaced_token_detection import (
     POSITION_TABLE,
     ClsReplacedTokenDetectionHead,
+    Generator,
     GradientDisentangledEmbedding,
-    ReplacedTokenDetectionPreTraining,
     add_gdes,
+    clipping_groups,
+    discriminate,
     freeze_gdes_slots,
+    gdes_pairs,
     last_layer_states,
+    rtd_objective,
 )
+from .step import PreTrainingModel, pretraining_step
 
 WORD_EMBEDDINGS = "embeddings.word_embeddings.weight"
 
@@ -73,20 +77,16 @@ def generator_states(deberta: DebertaV2Model, input_ids, at, inputs) -> torch.Te
         keys = deberta_below_last(deberta, input_ids, **inputs)[0]
     else:
         keys = deberta(input_ids, **{**inputs, "output_hidden_states": True}).hidden_states[-2]
-    position_ids = inputs["position_ids"]
+    position_ids = inputs.get("position_ids")
     if position_ids is None:
         position_ids = torch.arange(input_ids.shape[1], device=input_ids.device)[None]  # (1, T)
     positions = deberta.embeddings.position_embeddings(position_ids.long())  # z_states, raw (`bert.py:253`)
-    states = enhanced_mask_decoder(deberta, keys, inputs["attention_mask"], positions, at if subset else None)
+    states = enhanced_mask_decoder(deberta, keys, inputs.get("attention_mask"), positions, at if subset else None)
     return states if subset else states.flatten(0, 1).index_select(0, at)
 
 
-class BertologyDebertaV3ForPreTraining(ReplacedTokenDetectionPreTraining, DebertaV2PreTrainedModel):
+class BertologyDebertaV3ForPreTraining(PreTrainingModel, DebertaV2PreTrainedModel):
     config_class = BertologyDebertaV3Config
-    # the step's parts (`replaced_token_detection_step`): EMD's states, the generator's head, the [CLS]-reading head
-    generator_states = staticmethod(generator_states)
-    generator_head = staticmethod(MLM_HEADS["deberta-v2"])
-    discriminator_head = "mask_predictions"
 
     def __init__(self, config: BertologyDebertaV3Config):
         if not isinstance(config, BertologyDebertaV3Config):
@@ -107,6 +107,9 @@ class BertologyDebertaV3ForPreTraining(ReplacedTokenDetectionPreTraining, Debert
             self._tied_weights_keys = {f"generator.deberta.{name}": f"deberta.{name}" for name in shared}
         if config.embedding_sharing == "gdes":  # the position table too where the input adds one (`rtd_task.py:59-64`)
             add_gdes(self, WORD_EMBEDDINGS, share_positions=config.position_biased_input)
+        # the generator's states: EMD's; its head; the discriminator's [CLS]-reading head; each network clipped apart
+        generator = Generator(config, "deberta-v2", generator_states, clips_apart=True)
+        self.objectives = (generator, rtd_objective(config, "mask_predictions"))
         self.post_init()  # after every submodule exists: expands the tied keys and ties the shared table
         freeze_gdes_slots(self)
 
@@ -126,11 +129,18 @@ class BertologyDebertaV3ForPreTraining(ReplacedTokenDetectionPreTraining, Debert
         discriminator's (with `mask_predictions` and GDES's Δ). Officially each network has its own optimizer, which
         clips its own global norm (`rtd_task.py:265,351`, `DeBERTa/optims/args.py:69-72`). A table shared under
         "es" goes with the generator, whose parameter it is officially (`rtd_task.py:126`)."""
-        generator = [p for p in self.generator.parameters() if p.requires_grad]
-        in_generator = {id(p) for p in generator}
-        return [generator, [p for p in self.parameters() if p.requires_grad and id(p) not in in_generator]]
+        return clipping_groups(self)
+
+    def gdes_pairs(self) -> list[tuple[nn.Parameter, nn.Parameter, nn.Parameter]]:
+        return gdes_pairs(self)
+
+    def discriminate(self, input_ids, **inputs):
+        return discriminate(self, input_ids, **inputs)  # under GDES, on sg(E_G) + Δ
+
+    def encode(self, input_ids, inputs):
+        return self.discriminate(input_ids, **inputs)
 
     def forward(self, input_ids=None, attention_mask=None, *, labels=None, **inputs):
         """`input_ids`: the generator's input, `[MASK]` at the chosen positions; `labels`: the originals there.
-        Without labels only the discriminator runs. The arguments are `replaced_token_detection_step`'s."""
-        return self.replaced_token_detection_step(input_ids, attention_mask, labels, **inputs)
+        Without labels only the discriminator runs. `step.pretraining_step`."""
+        return pretraining_step(self, input_ids, attention_mask, {"labels": labels}, **inputs)

@@ -15,8 +15,8 @@ from transformers.models.electra.modeling_electra import ElectraDiscriminatorPre
 
 from .configuration_electra import BertologyElectraConfig
 from .configuration_recipe import generator_config
-from .masked_lm import MLM_HEADS
-from .replaced_token_detection import ReplacedTokenDetectionPreTraining
+from .replaced_token_detection import Generator, rtd_objective
+from .step import PreTrainingModel, pretraining_step
 
 # Parameters the two networks share (paper §3.2 "tie token embeddings"; official: shared `electra/embeddings`).
 SHARED_EMBEDDINGS = (
@@ -34,11 +34,8 @@ GLOROT_UNIFORM_LAYERS = (
 )
 
 
-class BertologyElectraForPreTraining(ReplacedTokenDetectionPreTraining, ElectraPreTrainedModel):
+class BertologyElectraForPreTraining(PreTrainingModel, ElectraPreTrainedModel):
     config_class = BertologyElectraConfig
-    # the step's parts (`replaced_token_detection_step`): the generator's head; the discriminator's is
-    # `discriminator_predictions`, its states the last layer's at the chosen tokens (the mixin's defaults)
-    generator_head = staticmethod(MLM_HEADS["electra"])
     # target -> source: the generator's embeddings (and its output layer) are the discriminator's.
     _tied_weights_keys = {
         **{f"generator.electra.{name}": f"electra.{name}" for name in SHARED_EMBEDDINGS},
@@ -57,6 +54,7 @@ class BertologyElectraForPreTraining(ReplacedTokenDetectionPreTraining, ElectraP
         gen_config.tie_word_embeddings = False
         self.generator = ElectraForMaskedLM(gen_config)
         self.training_stage = "joint" if config.two_stage_generator_steps is None else "generator"
+        self.objectives = (Generator(config, "electra"), rtd_objective(config))
         self.post_init()  # after every submodule exists: expands the tied keys and ties the shared embeddings
 
     def _initialize_weights(self, module, is_custom_code: bool = False):
@@ -109,6 +107,5 @@ class BertologyElectraForPreTraining(ReplacedTokenDetectionPreTraining, ElectraP
 
     def forward(self, input_ids=None, attention_mask=None, *, labels=None, **inputs):
         """`input_ids`: the generator's input, `[MASK]` at 85% of the chosen positions; `labels`: the originals
-        there. Without labels only the discriminator runs (as `ElectraForPreTraining`). The arguments are
-        `replaced_token_detection_step`'s."""
-        return self.replaced_token_detection_step(input_ids, attention_mask, labels, **inputs)
+        there. Without labels only the discriminator runs (as `ElectraForPreTraining`). `step.pretraining_step`."""
+        return pretraining_step(self, input_ids, attention_mask, {"labels": labels}, **inputs)

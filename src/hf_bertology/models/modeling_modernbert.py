@@ -11,10 +11,11 @@ from torch import nn
 from transformers import ModernBertConfig, ModernBertForMaskedLM
 
 from .configuration_modernbert import BertologyModernBertConfig
-from .masked_lm import MLM_HEADS, MaskedLMPreTraining
+from .masked_lm import MLM_HEADS, MaskedLM
+from .step import PreTrainingModel, pretraining_step
 
 
-class BertologyModernBertForPreTraining(MaskedLMPreTraining, ModernBertForMaskedLM):
+class BertologyModernBertForPreTraining(PreTrainingModel, ModernBertForMaskedLM):
     """`ModernBertForMaskedLM`'s modules (and tied decoder), with a loss normalised by the step's masked count."""
 
     # transformers' own config class: `AutoModelForPreTraining` + remote code builds a plain `ModernBertConfig` (no
@@ -26,6 +27,7 @@ class BertologyModernBertForPreTraining(MaskedLMPreTraining, ModernBertForMasked
         if not isinstance(config, BertologyModernBertConfig):
             config = BertologyModernBertConfig(**config.to_dict())  # plain config under trust_remote_code
         super().__init__(config)
+        self.objectives = (MaskedLM(),)
         rate = getattr(config, "attention_output_dropout", None)
         if rate is not None:  # the official attn_out_dropout_prob, apart from the attention probabilities' dropout
             for layer in self.model.layers:
@@ -52,7 +54,6 @@ class BertologyModernBertForPreTraining(MaskedLMPreTraining, ModernBertForMasked
 
     def encode(self, input_ids, inputs):
         inputs = dict(inputs)
-        inputs.pop("token_type_ids", None)  # ModernBERT has no token types; BERT-style tokenizers still send them
         document_starts = inputs.pop("document_starts", None)
         if document_starts is not None and inputs.get("cu_seq_lens_q") is None:  # packed rows, padded: by masks
             inputs["attention_mask"], inputs["position_ids"] = self.document_masks(
@@ -64,5 +65,5 @@ class BertologyModernBertForPreTraining(MaskedLMPreTraining, ModernBertForMasked
         return MLM_HEADS["modernbert"](self, states)
 
     def forward(self, input_ids=None, attention_mask=None, *, labels=None, **inputs):
-        """Masked LM with sparse prediction (ModernBERT §2.2); the arguments are `pretraining_step`'s."""
-        return self.pretraining_step(input_ids, attention_mask, labels, **inputs)
+        """Masked LM with sparse prediction (ModernBERT §2.2); `step.pretraining_step`."""
+        return pretraining_step(self, input_ids, attention_mask, {"labels": labels}, **inputs)

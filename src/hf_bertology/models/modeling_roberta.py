@@ -8,12 +8,12 @@ masked tokens only). docs/recipes/roberta.md.
 from transformers import RobertaModel, RobertaPreTrainedModel
 from transformers.models.roberta.modeling_roberta import RobertaLMHead
 
-from .configuration_recipe import first_position
 from .configuration_roberta import BertologyRobertaConfig
-from .masked_lm import MLM_HEADS, MaskedLMPreTraining
+from .masked_lm import MLM_HEADS, MaskedLM
+from .step import PreTrainingModel, pretraining_step
 
 
-class BertologyRobertaForPreTraining(MaskedLMPreTraining, RobertaPreTrainedModel):
+class BertologyRobertaForPreTraining(PreTrainingModel, RobertaPreTrainedModel):
     config_class = BertologyRobertaConfig
     # The saved folder also holds RobertaModel's pooler (for RobertaForMultipleChoice); pretraining never uses it.
     _keys_to_ignore_on_load_unexpected = [r"^roberta\.pooler\."]
@@ -26,6 +26,7 @@ class BertologyRobertaForPreTraining(MaskedLMPreTraining, RobertaPreTrainedModel
         super().__init__(config)
         self.roberta = RobertaModel(config, add_pooling_layer=False)
         self.lm_head = RobertaLMHead(config)
+        self.objectives = (MaskedLM(),)
         self.post_init()
 
     def get_output_embeddings(self):
@@ -34,14 +35,9 @@ class BertologyRobertaForPreTraining(MaskedLMPreTraining, RobertaPreTrainedModel
     def set_output_embeddings(self, new_embeddings):
         self.lm_head.decoder = new_embeddings
 
-    def encode(self, input_ids, inputs):
-        if inputs.get("cu_seq_lens_q") is not None:  # a padding-free row: RoBERTa's positions start after padding
-            inputs = {**inputs, "position_ids": inputs["position_ids"] + first_position(self.roberta.embeddings)}
-        return self.roberta(input_ids, return_dict=True, **inputs)
-
     def predict(self, states):
         return MLM_HEADS["roberta"](self, states)
 
     def forward(self, input_ids=None, attention_mask=None, *, labels=None, **inputs):
-        """Masked LM (RoBERTa §2, no NSP); the arguments are `pretraining_step`'s."""
-        return self.pretraining_step(input_ids, attention_mask, labels, **inputs)
+        """Masked LM (RoBERTa §2, no NSP); `step.pretraining_step`."""
+        return pretraining_step(self, input_ids, attention_mask, {"labels": labels}, **inputs)

@@ -10,11 +10,12 @@ from transformers import initialization as init
 from transformers.models.bert.modeling_bert import BertOnlyMLMHead
 
 from .configuration_spanbert import BertologySpanBertConfig
-from .masked_lm import MaskedLMPreTraining
-from .span_boundary import SpanBoundaryHead, grow_bias
+from .masked_lm import MaskedLM
+from .span_boundary import SpanBoundary, SpanBoundaryHead, grow_bias
+from .step import PreTrainingModel, pretraining_step
 
 
-class BertologySpanBertForPreTraining(MaskedLMPreTraining, BertPreTrainedModel):
+class BertologySpanBertForPreTraining(PreTrainingModel, BertPreTrainedModel):
     config_class = BertologySpanBertConfig
     _tied_weights_keys = {
         "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
@@ -27,6 +28,7 @@ class BertologySpanBertForPreTraining(MaskedLMPreTraining, BertPreTrainedModel):
         self.bert = BertModel(config)
         self.cls = BertOnlyMLMHead(config)
         self.sbo = SpanBoundaryHead(config)
+        self.objectives = (MaskedLM(), SpanBoundary(weight=config.sbo_loss_weight))
         self.post_init()
         # SpanBERT has no NSP, so no loss reaches the pooler. It is kept (frozen at its initialisation, like the
         # released SpanBERT checkpoints' untrained pooler) so that plain `AutoModel` loads with nothing missing;
@@ -55,5 +57,7 @@ class BertologySpanBertForPreTraining(MaskedLMPreTraining, BertPreTrainedModel):
 
     def forward(self, input_ids=None, attention_mask=None, *, labels=None, sbo_labels=None, **inputs):
         """Masked LM on the masked spans' tokens (§3.1) + the span boundary objective (§3.2), on BERT's encoder with
-        one segment and no NSP (§3.3); the arguments are `pretraining_step`'s."""
-        return self.pretraining_step(input_ids, attention_mask, labels, sbo_labels=sbo_labels, **inputs)
+        one segment and no NSP (§3.3); `step.pretraining_step`."""
+        return pretraining_step(
+            self, input_ids, attention_mask, {"labels": labels, "sbo_labels": sbo_labels}, **inputs
+        )

@@ -16,21 +16,22 @@ from torch import nn
 from transformers import XLNetModel, XLNetPreTrainedModel
 
 from .configuration_xlnet import BertologyXLNetConfig
-from .lm_loss import LanguageModelLoss
-from .masked_lm import labelled
-from .outputs import BertologyForPreTrainingOutput, step_mean
+from .masked_lm import MaskedLM
+from .outputs import BertologyForPreTrainingOutput
+from .step import PreTrainingModel, pretraining_step
 
 
-class BertologyXLNetForPreTraining(LanguageModelLoss, XLNetPreTrainedModel):
+class BertologyXLNetForPreTraining(PreTrainingModel, XLNetPreTrainedModel):
     config_class = BertologyXLNetConfig
-    _auto_class = "AutoModelForPreTraining"
-    accepts_loss_kwargs = True  # the loss is normalised by `num_items_in_batch`
+    takes_return_metrics = False  # the accuracy at every step (`XLNetTrainer`)
     _tied_weights_keys = {"lm_loss.weight": "transformer.word_embedding.weight"}  # as XLNetLMHeadModel
 
     def __init__(self, config: BertologyXLNetConfig):
         super().__init__(config)
         self.transformer = XLNetModel(config)
         self.lm_loss = nn.Linear(config.d_model, config.vocab_size, bias=True)
+        # the permutation LM is masked LM's loss on the query stream at the targets (`target_mapping`'s rows)
+        self.objectives = (MaskedLM("plm"),)
         self.post_init()
 
     def get_output_embeddings(self):
@@ -71,39 +72,10 @@ class BertologyXLNetForPreTraining(LanguageModelLoss, XLNetPreTrainedModel):
         """
         if use_mems is None:
             use_mems = mems is not None or (self.training and bool(self.config.mem_len))
-        outputs = self.transformer(
-            input_ids,
-            attention_mask=attention_mask,
-            mems=mems,
-            perm_mask=perm_mask,
-            target_mapping=target_mapping,
-            token_type_ids=token_type_ids,
-            inputs_embeds=inputs_embeds,
-            use_mems=use_mems,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-            **kwargs,
-        )
-        hidden = outputs.last_hidden_state  # (B, P, d): the query stream at the targets (content stream without)
-        loss = plm_accuracy = None
-        if labels is None:
-            logits = self.lm_loss(hidden)  # (B, P, V)
-        else:
-            # the real targets only (padded rows skipped): sparse prediction, and the language-model loss, as masked
-            # LM's (`lm_loss.LanguageModelLoss`)
-            at, targets = labelled(labels, target_positions)
-            logits, loss_sum, predicted = self.mlm_head(hidden.flatten(0, 1).index_select(0, at), targets)
-            n_targets = labels.ne(-100).sum()
-            loss = loss_sum / step_mean(num_items_in_batch, "labels", n_targets, n_targets)
-            plm_accuracy = (predicted == targets).sum() / n_targets
-
-        return BertologyForPreTrainingOutput(
-            loss=loss,
-            plm_loss=loss,
-            plm_accuracy=plm_accuracy,
-            logits=logits,
-            mems=outputs.mems,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
+        inputs = dict(mems=mems, perm_mask=perm_mask, target_mapping=target_mapping, token_type_ids=token_type_ids,
+                      inputs_embeds=inputs_embeds, use_mems=use_mems, output_attentions=output_attentions,
+                      output_hidden_states=output_hidden_states, target_positions=target_positions)  # fmt: skip
+        # (B, P, d): the query stream at the targets (the content stream without), then the real targets only
+        return pretraining_step(
+            self, input_ids, attention_mask, {"labels": labels}, num_items_in_batch, **inputs, **kwargs
         )

@@ -15,14 +15,15 @@ from transformers.modeling_outputs import ModelOutput
 class BertologyForPreTrainingOutput(ModelOutput):
     """
     loss: the weighted sum of the component losses that apply (the recipe's weights).
-    mlm_loss, nsp_loss, sop_loss, sbo_loss, rtd_loss, plm_loss: each objective's loss, a mean over its own count.
+    mlm_loss, nsp_loss, sop_loss, sbo_loss, rtd_loss, plm_loss: each objective's loss, a mean over its own count;
+        generator_loss: a generator's masked LM beside a masked LM of the model's own (Replace MLM).
     *_accuracy: the matching argmax accuracies (None at training steps that do not ask for metrics).
     replaced_fraction, sampled_accuracy, disc_auc, disc_precision, disc_recall: replaced-token detection's
         diagnostics over the real tokens (ELECTRA's official `metric_fn`; NaN where undefined).
     prediction_logits (BERT, ALBERT, ELECTRA, DeBERTa-v3) or logits (the others, as the plain class names them):
         `(num_labelled, vocab_size)` at the labelled positions when labels are given (sparse), else
         `(batch, seq_len, vocab_size)`. seq_relationship_logits / sop_logits: `(batch, 2)`; sbo_logits:
-        `(num_sbo_targets, vocab_size)`; rtd_logits: `(batch, seq_len)`, > 0 means "replaced".
+        `(num_sbo_targets, vocab_size)`; generator_logits: `(num_labelled, vocab_size)` (beside a masked LM); rtd_logits: `(batch, seq_len)`, > 0 means "replaced".
     replaced_input_ids, rtd_labels: the discriminator's input and its labels (1 where a sample differs).
     mems: XLNet's memory for the next segment.
     """
@@ -34,12 +35,14 @@ class BertologyForPreTrainingOutput(ModelOutput):
     sbo_loss: torch.Tensor | None = None
     rtd_loss: torch.Tensor | None = None
     plm_loss: torch.Tensor | None = None
+    generator_loss: torch.Tensor | None = None
     mlm_accuracy: torch.Tensor | None = None
     nsp_accuracy: torch.Tensor | None = None
     sop_accuracy: torch.Tensor | None = None
     sbo_accuracy: torch.Tensor | None = None
     rtd_accuracy: torch.Tensor | None = None
     plm_accuracy: torch.Tensor | None = None
+    generator_accuracy: torch.Tensor | None = None
     replaced_fraction: torch.Tensor | None = None
     sampled_accuracy: torch.Tensor | None = None
     disc_auc: torch.Tensor | None = None
@@ -50,6 +53,7 @@ class BertologyForPreTrainingOutput(ModelOutput):
     seq_relationship_logits: torch.Tensor | None = None
     sop_logits: torch.Tensor | None = None
     sbo_logits: torch.Tensor | None = None
+    generator_logits: torch.Tensor | None = None
     rtd_logits: torch.Tensor | None = None
     replaced_input_ids: torch.Tensor | None = None
     rtd_labels: torch.Tensor | None = None

@@ -1,10 +1,9 @@
-"""Replaced-token detection (ELECTRA §2, DeBERTa-v3 §3), written once: the step, the sampling of the fake tokens,
-the discriminator's loss, heads and diagnostics, and DeBERTa-v3's gradient-disentangled embedding sharing (GDES, §3.3).
+"""Replaced-token detection (ELECTRA §2, DeBERTa-v3 §3) as two objectives, written once: `Generator` (the generator's
+masked LM and the sampling of the fake tokens, which become the backbone's input) and `ReplacedTokenDetection` (the
+discriminator's head and loss over the real tokens); the heads, the diagnostics, and DeBERTa-v3's
+gradient-disentangled embedding sharing (GDES, §3.3).
 
-Used by ELECTRA, DeBERTa-v3 and every RTD cell of `modeling_composed`, whose `forward` hands the batch to
-`ReplacedTokenDetectionPreTraining.replaced_token_detection_step`. It reads top to bottom: `chosen_tokens`, the
-generator's masked LM, `fake_data`, the discriminator (`discriminate`), `rtd_loss`; a model supplies its parts as
-class data (`generator_states`, `generator_head`, `discriminator_head`).
+Used by ELECTRA, DeBERTa-v3 and every RTD cell of `modeling_composed` (`[Generator, ReplacedTokenDetection]`).
 """
 
 from collections.abc import Callable
@@ -14,10 +13,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .last_layer import subset_inputs
-from .masked_lm import PreTrainingStep, is_packed
-from .outputs import BertologyForPreTrainingOutput, step_mean
+from .masked_lm import MLM_HEADS
+from .objective import EVERY_ROW, Batch, Objective
+from .outputs import step_mean
 from .span_boundary import activation, layer_norm_eps
+from .step import encoder_rows
 
 # parameter names of the backbones' embedding tables (ModernBERT's word table is `tok_embeddings`)
 WORD_TABLES = ("embeddings.word_embeddings.weight", "embeddings.tok_embeddings.weight")
@@ -115,16 +115,14 @@ def binary_auc(scores: torch.Tensor, labels: torch.Tensor, real: torch.Tensor | 
 def last_layer_states(backbone: nn.Module, input_ids: torch.Tensor, at: torch.Tensor, inputs: dict) -> torch.Tensor:
     """`(M, H)` states of `backbone`'s last layer at the chosen tokens `at`, the layer run on those rows only where
     it can (`last_layer.subset_inputs`), as the official `_get_masked_lm_output` gathers `masked_lm_positions`."""
-    subset = subset_inputs(backbone, at, inputs=inputs)  # (1, M, H): the chosen rows
-    states = backbone(input_ids, **inputs, **subset).last_hidden_state.flatten(0, 1)  # (M, H), else (B * T, H)
-    return states if subset else states.index_select(0, at)
+    return encoder_rows(lambda ids, kwargs: backbone(ids, **kwargs), backbone, input_ids, at, inputs)[1]  # (M, H)
 
 
-def discriminator_logits(head: nn.Module, hidden_states: torch.Tensor, inputs: dict) -> torch.Tensor:
+def discriminator_logits(head: nn.Module, hidden_states: torch.Tensor, cu_seq_lens) -> torch.Tensor:
     """`(B, T)` logits of the discriminator's head: DeBERTa-v3's reads each example's [CLS] (its start in a
-    padding-free row), ELECTRA's each token alone."""
+    padding-free row, `cu_seq_lens`), ELECTRA's each token alone."""
     if isinstance(head, ClsReplacedTokenDetectionHead):
-        return head(hidden_states, inputs.get("cu_seq_lens_q"))
+        return head(hidden_states, cu_seq_lens)
     return head(hidden_states)
 
 
@@ -165,28 +163,35 @@ def fake_data(chosen: Chosen, prediction_logits, labels, input_ids, sample_keys,
     return sampled, replaced_input_ids, (replaced_input_ids != original_ids) & chosen.real
 
 
-def rtd_loss(rtd_logits, rtd_labels, chosen: Chosen, num_items_in_batch) -> torch.Tensor:
-    """The discriminator's sigmoid BCE summed over every real token ([CLS]/[SEP] included), over the step's
-    real-token count; by weighting, not selecting, so every shape stays the batch's (no host sync)."""
+def rtd_loss(rtd_logits, rtd_labels, chosen: Chosen, num_items_in_batch, key: str = "attention_mask") -> torch.Tensor:
+    """The discriminator's sigmoid BCE summed over every real token ([CLS]/[SEP] included), over the step's count
+    of them (`key`: the Trainer's count of those tokens); by weighting, not selecting, so every shape stays the
+    batch's (no host sync)."""
     weight = chosen.real.float()
     rtd_sum = F.binary_cross_entropy_with_logits(
         rtd_logits.float(), rtd_labels.float(), weight=weight, reduction="sum"
     )
-    return rtd_sum / step_mean(num_items_in_batch, "attention_mask", chosen.n_real, chosen.count)
+    return rtd_sum / step_mean(num_items_in_batch, key, chosen.n_real, chosen.count)
 
 
 @torch.no_grad()
-def rtd_diagnostics(prediction_logits, sampled, rtd_logits, rtd_labels, chosen: Chosen) -> dict:
-    """Every RTD model's diagnostics, over the real tokens (no gradient, no host sync): the generator's accuracy
-    and its samples' (`sampled_accuracy`), the discriminator's accuracy, the share of real tokens replaced, and the
-    official ELECTRA `metric_fn`'s `disc_auc`, `disc_precision`, `disc_recall` ("replaced" at logit > 0; 0 / 0 =
-    NaN: undefined, not 0)."""
+def generator_diagnostics(prediction_logits, sampled, chosen: Chosen, name: str = "mlm") -> dict:
+    """The generator's accuracy and its samples' (`sampled_accuracy`) over the chosen tokens (no gradient)."""
+    return {
+        f"{name}_accuracy": (prediction_logits.argmax(-1) == chosen.targets).sum() / chosen.count,
+        "sampled_accuracy": (sampled == chosen.targets).sum() / chosen.count,
+    }
+
+
+@torch.no_grad()
+def rtd_diagnostics(rtd_logits, rtd_labels, chosen: Chosen) -> dict:
+    """The discriminator's diagnostics over the real tokens (no gradient, no host sync): its accuracy, the share of
+    real tokens replaced, and the official ELECTRA `metric_fn`'s `disc_auc`, `disc_precision`, `disc_recall`
+    ("replaced" at logit > 0; 0 / 0 = NaN: undefined, not 0)."""
     real, n_real = chosen.real, chosen.n_real
     predicted = (rtd_logits > 0) & real
     true_positives = (predicted & rtd_labels).sum()
     return {
-        "mlm_accuracy": (prediction_logits.argmax(-1) == chosen.targets).sum() / chosen.count,
-        "sampled_accuracy": (sampled == chosen.targets).sum() / chosen.count,
         "rtd_accuracy": ((predicted == rtd_labels) & real).sum() / n_real,
         "replaced_fraction": rtd_labels.sum() / n_real,
         "disc_auc": binary_auc(rtd_logits, rtd_labels, real),
@@ -307,109 +312,128 @@ def discriminate(model: nn.Module, input_ids: torch.Tensor, **inputs):
     return torch.func.functional_call(model.base_model, {POSITION_TABLE: positions}, (), call)
 
 
-class ReplacedTokenDetectionPreTraining(PreTrainingStep):
-    """The step of every model with two networks, mixed in before the family's `PreTrainedModel` (ELECTRA §2,
-    DeBERTa-v3 §3, the RTD cells): the generator's masked LM on the chosen tokens, a sample at every one of them
-    (`fake_data`), the discriminator on the result (`rtd_loss`); `loss = w_G * mlm + w_D * rtd`.
+class Generator(Objective):
+    """ELECTRA's generator as the objective that corrupts the input (§2): its masked LM on the chosen tokens, then
+    every chosen token replaced by a sample of its softmax (`fake_data`); the backbone then reads the samples.
 
-    A model holds `generator` (a family `*ForMaskedLM`) and the discriminator's encoder (`base_model`), and names
-    its parts as data: `generator_states` (the generator backbone's `(M, H)` states at the chosen tokens),
-    `generator_head` (its family's MLM head, `masked_lm.MLM_HEADS`), `discriminator_head` (the attribute of the
-    discriminator's head). `discriminate` shares the embeddings as the config says (GDES through `add_gdes`, ES by
-    tied tables); the diagnostics are the same for every model (`rtd_diagnostics`).
-    """
+    Reads `labels` (the originals at the chosen positions), `target_positions` and `sample_keys`; returns
+    `<name>_loss` (its term, `weight` = `generator_weight`), the logits (`logits_name`), `<name>_accuracy`,
+    `sampled_accuracy` and `replaced_input_ids` (ELECTRA's names: `mlm_*`, `prediction_logits`), and leaves the chosen tokens and the samples for the next objective
+    (`batch.outputs`). The network is the model's `generator` (a family `*ForMaskedLM`); `states(backbone,
+    input_ids, at, inputs) -> (M, H)` its states at the chosen tokens (DeBERTa-v3's: its enhanced mask decoder),
+    `family`: the generator's `model_type`, whose head reads the states (`masked_lm.MLM_HEADS`). In ELECTRA's two stages it
+    trains alone, then is frozen. `clips_apart`: its gradient norm clipped apart from the rest (DeBERTa-v3's one
+    optimizer a network, `rtd_task.py:265,351`; `gradient_clipping_groups`)."""
 
-    training_stage = "joint"  # ELECTRA's two-stage training: "generator", then "discriminator" (§3.2)
-    # (generator backbone, input_ids, at, inputs) -> (M, H); DeBERTa-v3's reads its enhanced mask decoder
-    generator_states: Callable = staticmethod(last_layer_states)
-    generator_head: Callable  # (generator, (M, H) states) -> (M, V) logits
-    discriminator_head = "discriminator_predictions"  # ELECTRA's name; DeBERTa-v3's is "mask_predictions"
+    name = "mlm"
+    reads = ("labels", "target_positions", "sample_keys")
+    counted_in = ("joint", "generator")  # frozen in the discriminator stage
+    corrupts = True
 
-    def backbone_inputs(self, attention_mask, token_type_ids, position_ids, kwargs: dict) -> dict:
-        """What both encoders take besides the ids; a padding-free batch drops the mask (its boundaries keep the
-        examples apart)."""
-        packed = is_packed(self.config, kwargs)
-        return dict(attention_mask=None if packed else attention_mask, token_type_ids=token_type_ids,
-                    position_ids=position_ids, **kwargs)  # fmt: skip
+    def __init__(self, config, family: str, states: Callable = last_layer_states, clips_apart: bool = False,
+                 name: str = "mlm", logits_name: str = "prediction_logits"):  # fmt: skip
+        super().__init__()
+        self.family, self.states, self.clips_apart = family, states, clips_apart
+        self.name, self.logits_name = name, logits_name
+        self.weight = config.generator_weight
+        self.temperature = config.sampling_temperature
+        self.disallow = getattr(config, "disallow_correct", False)
 
-    def discriminate(self, input_ids: torch.Tensor, **inputs):
-        return discriminate(self, input_ids, **inputs)
-
-    def gdes_pairs(self) -> list[tuple[nn.Parameter, nn.Parameter, nn.Parameter]]:
-        return gdes_pairs(self)
-
-    def replaced_token_detection_step(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        target_positions: torch.Tensor | None = None,
-        sample_keys: torch.Tensor | None = None,
-        num_items_in_batch=None,
-        return_metrics: bool = True,
-        token_type_ids: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        **kwargs,
-    ):
-        r"""
-        input_ids (`(batch, seq_len)`): the generator's input, `[MASK]` at the chosen positions (ELECTRA: 85%).
-        labels (`(batch, seq_len)`): original token ids at the chosen positions, -100 elsewhere. Without labels,
-            only the discriminator runs, on `input_ids`.
-        target_positions (`(M,)`): flat indices of the chosen tokens, computed on the host by our collators: the
-            generator's head then gathers them with no host sync.
-        sample_keys (`(batch, seq_len)` int64): the collator's per-token keys of the sampling noise
-            (`keyed_uniform`); without them the noise comes from torch's random state.
-        return_metrics: also compute the accuracies and diagnostics (`BertologyTrainer` passes `False` at steps it
-            does not log: operations that change no gradient).
-        cu_seq_lens_q (in `kwargs`): a padding-free batch (`hf_bertology.collators.flatten`); both networks run
-            on the flat row.
-        """
-        config = self.config
-        inputs = self.backbone_inputs(attention_mask, token_type_ids, position_ids, kwargs)
-        head = getattr(self, self.discriminator_head)
-        if labels is None:
-            hidden = self.discriminate(input_ids, **inputs).last_hidden_state
-            return BertologyForPreTrainingOutput(rtd_logits=discriminator_logits(head, hidden, inputs))
+    def corrupt(self, model, batch: Batch, input_ids, inputs: dict):
+        labels = batch.get("labels")
+        if labels is None:  # only the discriminator runs, on `input_ids`
+            return input_ids, {}
         # the real tokens (RTD's weights) come from the mask before a packed batch drops it: a fixed-shape batch
         # (`collators.fixed_shape`) has filler slots that are not real
-        chosen = chosen_tokens(labels, target_positions, attention_mask)
-
+        chosen = chosen_tokens(labels, batch.get("target_positions"), batch.get("attention_mask"))
         # 1. the generator predicts the original token at every chosen position (masked LM, sparse)
-        frozen_generator = self.training_stage == "discriminator"
-        with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen_generator):
-            states = self.generator_states(self.generator.base_model, input_ids, chosen.at, inputs)  # (M, H)
-            prediction_logits = self.generator_head(self.generator, states)  # (M, V)
-        mlm_sum = self.lm_loss_sum(prediction_logits, chosen.targets)  # the language-model loss (`lm_loss`)
-        mlm_loss = mlm_sum / step_mean(num_items_in_batch, "labels", chosen.count, chosen.count)
-        out = {"prediction_logits": prediction_logits, "mlm_loss": mlm_loss}  # ELECTRA's names, for every model
-        if self.training_stage == "generator":
-            accuracy = (
-                (prediction_logits.argmax(-1) == chosen.targets).sum() / chosen.count if return_metrics else None
-            )
-            return BertologyForPreTrainingOutput(loss=mlm_loss, mlm_accuracy=accuracy, **out)
-
+        frozen = model.training_stage not in self.counted_in
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen):
+            states = self.states(model.generator.base_model, input_ids, chosen.at, inputs)  # (M, H)
+            prediction_logits = MLM_HEADS[self.family](model.generator, states)  # (M, V)
+        mlm_sum = model.token_loss(prediction_logits, chosen.targets)  # the language-model loss (`token_loss`)
+        mlm_loss = mlm_sum / step_mean(batch.num_items_in_batch, "labels", chosen.count, chosen.count)
+        out = {"loss": mlm_loss, self.logits_name: prediction_logits, f"{self.name}_loss": mlm_loss}
+        if model.training_stage == "generator":  # the generator alone: nothing is sampled
+            if batch.return_metrics:
+                out[f"{self.name}_accuracy"] = (prediction_logits.argmax(-1) == chosen.targets).sum() / chosen.count
+            return input_ids, out
         # 2. the fake data: every chosen token replaced by a sample of the generator's softmax
-        disallow = getattr(config, "disallow_correct", False)
         sampled, replaced_input_ids, rtd_labels = fake_data(
-            chosen, prediction_logits, labels, input_ids, sample_keys, config.sampling_temperature, disallow
+            chosen, prediction_logits, labels, input_ids, batch.get("sample_keys"), self.temperature, self.disallow
         )
+        batch.outputs.update(chosen=chosen, rtd_labels=rtd_labels)
+        if batch.return_metrics:
+            out.update(generator_diagnostics(prediction_logits, sampled, chosen, self.name))
+        return replaced_input_ids, {**out, "replaced_input_ids": replaced_input_ids}
 
+
+class ReplacedTokenDetection(Objective):
+    """The discriminator (ELECTRA §2): every real token of the generator's corrupted input told original or replaced.
+
+    Reads what `Generator` left (`batch.outputs`: the chosen tokens, `rtd_labels`); every row of the backbone;
+    returns `rtd_loss` (its term, `weight` = `discriminator_weight`, λ = 50), `rtd_logits` `(B, T)`, `rtd_labels` and
+    the diagnostics (`rtd_diagnostics`). The head is the model's attribute `head_name` (ELECTRA's
+    `discriminator_predictions`, DeBERTa-v3's `mask_predictions`). Without labels: the logits alone."""
+
+    name = "rtd"
+    stages = ("joint", "discriminator")
+    reads_every_row = True
+    count_key = "attention_mask"  # the Trainer's count of the tokens its loss reads: the real tokens
+
+    def __init__(self, config, head_name: str = "discriminator_predictions"):
+        super().__init__()
+        self.head_name, self.weight = head_name, config.discriminator_weight
+
+    def rows(self, batch: Batch):
+        return EVERY_ROW
+
+    def forward(self, model, states, batch: Batch) -> dict:
         # 3. the discriminator tells every real token of the corrupted sequence: original or replaced
-        disc_outputs = self.discriminate(replaced_input_ids, **inputs)
-        rtd_logits = discriminator_logits(head, disc_outputs.last_hidden_state, inputs)  # (B, T)
-        out["rtd_loss"] = rtd_loss(rtd_logits, rtd_labels, chosen, num_items_in_batch)
+        rtd_logits = discriminator_logits(getattr(model, self.head_name), states, batch.cu_seq_lens)  # (B, T)
+        if "rtd_labels" not in batch.outputs:
+            return {"rtd_logits": rtd_logits}
+        chosen, rtd_labels = batch.outputs["chosen"], batch.outputs["rtd_labels"]
+        loss = rtd_loss(rtd_logits, rtd_labels, self.scored(chosen), batch.num_items_in_batch, self.count_key)
+        out = {"loss": loss, "rtd_loss": loss, "rtd_logits": rtd_logits, "rtd_labels": rtd_labels.long()}
+        if batch.return_metrics:
+            out.update(rtd_diagnostics(rtd_logits, rtd_labels, chosen))
+        return out
 
-        # 4. the combined loss (the generator's term left out while it is frozen)
-        loss = config.discriminator_weight * out["rtd_loss"]
-        if not frozen_generator:  # (a weight of 1, the papers', multiplies nothing: one operation fewer)
-            loss = loss + (mlm_loss if config.generator_weight == 1.0 else config.generator_weight * mlm_loss)
-        if return_metrics:
-            out.update(rtd_diagnostics(prediction_logits, sampled, rtd_logits, rtd_labels, chosen))
-        out.update(replaced_input_ids=replaced_input_ids, rtd_labels=rtd_labels.long())
-        return BertologyForPreTrainingOutput(
-            loss=loss,
-            rtd_logits=rtd_logits,
-            hidden_states=disc_outputs.hidden_states,
-            attentions=disc_outputs.attentions,
-            **out,
-        )
+    def scored(self, chosen: Chosen) -> Chosen:
+        """The tokens the loss reads (`chosen.real`, `chosen.n_real`): every real token."""
+        return chosen
+
+
+class MaskedTokenDetection(ReplacedTokenDetection):
+    """ELECTRA 15% (ELECTRA §3.2, Table 5): replaced-token detection whose loss comes from the chosen tokens only (the
+    15% the generator predicts), not from every real token; the rest, the diagnostics over every real token included
+    (the others are all originals), is ELECTRA's."""
+
+    count_key = "labels"  # the Trainer's count of the chosen tokens
+
+    def scored(self, chosen: Chosen) -> Chosen:
+        return chosen._replace(real=chosen.mask & chosen.real, n_real=chosen.count)
+
+
+# `rtd_loss_positions` -> the discriminator's objective: which tokens its loss reads
+RTD_LOSSES = {"all": ReplacedTokenDetection, "masked": MaskedTokenDetection}
+
+
+def rtd_objective(config, head_name: str = "discriminator_predictions") -> ReplacedTokenDetection:
+    """The discriminator's objective its config names (`rtd_loss_positions`, absent: every real token)."""
+    positions = getattr(config, "rtd_loss_positions", "all")
+    if positions not in RTD_LOSSES:
+        raise ValueError(f"rtd_loss_positions must be one of {tuple(RTD_LOSSES)}, got {positions!r}")
+    return RTD_LOSSES[positions](config, head_name)
+
+
+def clipping_groups(model: nn.Module) -> list[list[nn.Parameter]] | None:
+    """The gradient-norm groups of a model whose generator is clipped apart (`Generator.clips_apart`): the
+    generator's parameters, then the rest (`BertologyTrainer` reads `gradient_clipping_groups`); None: the whole
+    model at once (ELECTRA: one optimizer, `model/optimization.py:62`)."""
+    if not any(getattr(objective, "clips_apart", False) for objective in model.objectives):
+        return None
+    generator = [p for p in model.generator.parameters() if p.requires_grad]
+    in_generator = {id(p) for p in generator}
+    return [generator, [p for p in model.parameters() if p.requires_grad and id(p) not in in_generator]]

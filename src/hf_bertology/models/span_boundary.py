@@ -4,13 +4,11 @@ Each token x_i of a masked span (s..e) is predicted from the boundary states h_{
 p_{i-s} in the span. Used by SpanBERT and by every cell that adds SBO (`modeling_composed`).
 """
 
-from typing import NamedTuple
-
 import torch
 from torch import nn
 from transformers.activations import ACT2FN
 
-from .outputs import step_mean
+from .objective import Batch, Objective
 
 
 def activation(config):
@@ -69,30 +67,35 @@ def grow_bias(sbo: SpanBoundaryHead | None, vocab_size: int) -> None:
         sbo.bias = nn.Parameter(bias)
 
 
-class SpanTargets(NamedTuple):
-    """The span collator's SBO targets: `labels` (`(B, T)`, -100 where none), each target's boundaries `(s-1, e+1)`
-    in its row (`(B, T, 2)`; the flat row when packed), its offset `i - s` and the targets' flat indices."""
+class SpanBoundary(Objective):
+    """Reads `sbo_labels` (`(B, T)`, the span tokens' ids, -100 elsewhere), `sbo_boundaries` (each target's
+    `(s-1, e+1)` in its row, `(B, T, 2)`; the flat row when packed), `sbo_relative_positions` (`i - s`) and
+    `sbo_target_positions`; the rows of the boundaries; returns `sbo_loss`, `sbo_accuracy`, `sbo_logits` `(N, V)`
+    (the head: the model's `sbo`, the loss its hook: SBO predicts vocabulary tokens)."""
 
-    labels: torch.Tensor
-    boundaries: torch.Tensor | None
-    relative_positions: torch.Tensor | None
-    target_positions: torch.Tensor | None = None
+    name = "sbo"
+    reads = ("sbo_labels", "sbo_boundaries", "sbo_relative_positions", "sbo_target_positions")
 
+    def __init__(self, weight: float = 1.0):
+        super().__init__()
+        self.weight = weight  # `sbo_loss_weight`: loss = mlm + weight * sbo
 
-def span_boundary_loss(sbo: SpanBoundaryHead, states, span: SpanTargets, n_masked, num_items_in_batch, lm_loss_sum):
-    """SBO on its targets only: `(N, V)` logits, the summed language-model loss (`lm_loss_sum`, the model's hook:
-    SBO predicts vocabulary tokens) over the step's SBO-target count, and the accuracy."""
-    if span.boundaries is None or span.relative_positions is None:
-        raise ValueError("sbo_labels need sbo_boundaries and sbo_relative_positions (the span collator's)")
-    has_target = span.labels.ne(-100)  # (B, T)
-    at = has_target.flatten().nonzero().squeeze(1) if span.target_positions is None else span.target_positions
-    sbo_targets = span.labels.flatten().index_select(0, at)  # (N,)
-    width = span.labels.shape[1]
-    boundaries = span.boundaries.flatten(0, 1).index_select(0, at) + (at // width * width)[:, None]  # (N, 2)
-    # the boundary states (s-1, e+1) of every target, flat positions in the (B * T, H) states
-    ends = states.flatten(0, 1).index_select(0, boundaries.flatten()).unflatten(0, (-1, 2))
-    logits = sbo(ends[:, 0], ends[:, 1], span.relative_positions.flatten().index_select(0, at))
-    n_sbo = has_target.sum()
-    n_masked = n_sbo if n_masked is None else n_masked
-    loss = lm_loss_sum(logits, sbo_targets) / step_mean(num_items_in_batch, "sbo_labels", n_sbo, n_masked)
-    return logits, loss, (logits.argmax(-1) == sbo_targets).sum() / n_sbo
+    def rows(self, batch: Batch):
+        """The flat positions of every target's two boundaries, `(2N,)`, in target order."""
+        if batch.get("sbo_labels") is None:
+            return None
+        if batch.get("sbo_boundaries") is None or batch.get("sbo_relative_positions") is None:
+            raise ValueError("sbo_labels need sbo_boundaries and sbo_relative_positions (the span collator's)")
+        at, width = batch.labelled("sbo_labels").at, batch.get("sbo_labels").shape[1]
+        boundaries = batch.get("sbo_boundaries").flatten(0, 1).index_select(0, at) + (at // width * width)[:, None]
+        return boundaries.flatten()  # (2N,)
+
+    def forward(self, model, states, batch: Batch) -> dict:
+        at, sbo_targets = batch.labelled("sbo_labels")
+        ends = states.unflatten(0, (-1, 2))  # (N, 2, H): the boundary states (s-1, e+1) of every target
+        logits = model.sbo(ends[:, 0], ends[:, 1], batch.get("sbo_relative_positions").flatten().index_select(0, at))
+        n_sbo = batch.count("sbo_labels")
+        n_masked = n_sbo if batch.get("labels") is None else batch.count()
+        loss = model.token_loss(logits, sbo_targets) / batch.step_mean("sbo_labels", n_sbo, n_masked)
+        accuracy = (logits.argmax(-1) == sbo_targets).sum() / n_sbo
+        return {"loss": loss, "sbo_loss": loss, "sbo_accuracy": accuracy, "sbo_logits": logits}

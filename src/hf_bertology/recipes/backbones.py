@@ -3,10 +3,12 @@ carries over from one preset to another."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from ..models.configuration_composed import COMPOSED_CONFIGS
-from ..models.modeling_composed import COMPOSED_MODELS
+from ..models.modeling_composed import COMPOSED_MODELS, FAMILY_CLASSES
+from .base import Network
 
 
 @dataclass(frozen=True)
@@ -71,3 +73,44 @@ IDENTITY_FIELDS |= {"architectures", "model_type", "transformers_version", "auto
 NATIVE_ONLY_FIELDS = ("two_stage_generator_steps", "generator_num_hidden_layers")
 PART_FIELDS = ("sentence_task", "span_boundary_objective")
 SENTENCE_FORMATS = {"nsp": "nsp_pairs", "sop": "sop_pairs"}
+
+
+@functools.cache
+def rtd_networks(backbone: Backbone) -> tuple[Network, Network]:
+    """The networks of an objective with a generator (ELECTRA's, DeBERTa-v3's, Replace MLM's) on `backbone`: the discriminator is the family's base
+    model (`RobertaModel` at `roberta.*`), the generator the family's masked LM (`RobertaForMaskedLM` at
+    `generator.*`; its output layer is its word table, untied in the joint model only to tie it there). The plain
+    configs are those of the networks' modules (the Trainer sets `use_cache` on the joint model's alone)."""
+    base_class, masked_lm_class = FAMILY_CLASSES[backbone.model_type]
+    family = base_class.config_class
+
+    def discriminator(joint):
+        return keep_family_fields(joint.config, family)
+
+    def generator(joint):
+        plain = keep_family_fields(joint.generator.config, family)
+        plain.tie_word_embeddings = True
+        if backbone.legacy_generator_head:
+            plain.legacy = True  # the released generator's names (deberta_v3.LEGACY_HEAD)
+        return plain
+
+    return (
+        Network("discriminator", base_class, f"{base_class.base_model_prefix}.", discriminator),
+        Network("generator", masked_lm_class, "generator.", generator),
+    )
+
+
+# Fields a family's modeling code reads with `getattr` though its config class has no default for them: DeBERTa's
+# factorised `embedding_size` (a composed generator narrower than the discriminator keeps the shared table's width).
+OPTIONAL_FIELDS = ("embedding_size",)
+
+
+def keep_family_fields(config, config_class):
+    """`config` as the family's own config: only the fields that class has (no recipe fields, no `auto_map`).
+    `layer_types` is cut to the depth (a generator's config was made shallower after construction, and the network
+    built the first `num_hidden_layers` of them)."""
+    known = set(config_class().to_dict()) | set(OPTIONAL_FIELDS)
+    fields = {k: v for k, v in config.to_dict().items() if k in known and k not in ("architectures", "model_type")}
+    if isinstance(fields.get("layer_types"), list):
+        fields["layer_types"] = fields["layer_types"][: fields["num_hidden_layers"]]
+    return config_class(**fields)

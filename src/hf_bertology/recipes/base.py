@@ -57,6 +57,8 @@ class Variant:
     # values a table both share takes. Empty: one network. (An RTD objective on another encoder: composed.py.)
     networks: tuple[Network, ...] = ()
     card_objective: str = ""  # the objective in one line, as the model card's "objective" row shows it
+    # config fields and values that tell this row's checkpoints from those of another row on the same classes
+    identified_by: dict[str, Any] = field(default_factory=dict)
 
 
 # Encoder sizes: the papers' base/large, a CPU demo (mini) and a test size (tiny).

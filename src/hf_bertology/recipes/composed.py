@@ -3,11 +3,10 @@ the combinations refused with one line, and the two networks of an RTD objective
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from ..collators import DataCollatorForSpanMasking
-from ..models.modeling_composed import FAMILY_CLASSES
+from ..models.configuration_composed import two_networks
 from ..utils import BertologyError, logger
 from .backbones import (
     BACKBONES,
@@ -18,11 +17,11 @@ from .backbones import (
     SENTENCE_FORMATS,
     SIZE_FIELDS,
     Backbone,
+    rtd_networks,
 )
 from .base import (
     CONFIG_ERRORS,
     SMALL_DATA,
-    Network,
     Variant,
     _family_config,
     _fields,
@@ -121,10 +120,10 @@ def compose(name: str, variant: Variant, backbone_name: str, overrides: dict[str
         raise BertologyError(
             f"span_boundary_objective needs span masking; the {variant.name} objective masks tokens (use spanbert)"
         )
-    if values.get("replaced_token_detection") and values.get("sentence_task") is not None:
+    if two_networks(values) and values.get("sentence_task") is not None:
         raise BertologyError("replaced-token detection with a sentence task is not supported; set sentence_task=none")
     values.update({key: value for key, value in overrides.items() if key not in PART_FIELDS})
-    if values.get("replaced_token_detection") and not _can_share_embeddings(backbone, values):
+    if two_networks(values) and not _can_share_embeddings(backbone, values):
         if "embedding_sharing" in overrides and values["embedding_sharing"] != "nes":
             raise BertologyError(
                 f"embedding_sharing={values['embedding_sharing']} needs the generator's word table as wide as the "
@@ -154,7 +153,7 @@ def compose(name: str, variant: Variant, backbone_name: str, overrides: dict[str
         tokenizer_kwargs=dict(preset.get("tokenizer", {})),
         explicit=frozenset(overrides),
         backbone=backbone.name,
-        networks=rtd_networks(backbone) if getattr(config, "replaced_token_detection", False) else (),
+        networks=rtd_networks(backbone) if config.writes_joint_type else (),
     )
 
 
@@ -162,44 +161,3 @@ def _can_share_embeddings(backbone: Backbone, values: dict[str, Any]) -> bool:
     """Whether the generator's word table can have the discriminator's width: always where the table has a width of
     its own (`Backbone.own_embedding_width`), else only at the same hidden size."""
     return backbone.own_embedding_width or values.get("generator_hidden_fraction", 1) == 1
-
-
-@functools.cache
-def rtd_networks(backbone: Backbone) -> tuple[Network, Network]:
-    """The networks of an RTD objective (ELECTRA's, DeBERTa-v3's) on `backbone`: the discriminator is the family's base
-    model (`RobertaModel` at `roberta.*`), the generator the family's masked LM (`RobertaForMaskedLM` at
-    `generator.*`; its output layer is its word table, untied in the joint model only to tie it there). The plain
-    configs are those of the networks' modules (the Trainer sets `use_cache` on the joint model's alone)."""
-    base_class, masked_lm_class = FAMILY_CLASSES[backbone.model_type]
-    family = base_class.config_class
-
-    def discriminator(joint):
-        return keep_family_fields(joint.config, family)
-
-    def generator(joint):
-        plain = keep_family_fields(joint.generator.config, family)
-        plain.tie_word_embeddings = True
-        if backbone.legacy_generator_head:
-            plain.legacy = True  # the released generator's names (deberta_v3.LEGACY_HEAD)
-        return plain
-
-    return (
-        Network("discriminator", base_class, f"{base_class.base_model_prefix}.", discriminator),
-        Network("generator", masked_lm_class, "generator.", generator),
-    )
-
-
-# Fields a family's modeling code reads with `getattr` though its config class has no default for them: DeBERTa's
-# factorised `embedding_size` (a composed generator narrower than the discriminator keeps the shared table's width).
-OPTIONAL_FIELDS = ("embedding_size",)
-
-
-def keep_family_fields(config, config_class):
-    """`config` as the family's own config: only the fields that class has (no recipe fields, no `auto_map`).
-    `layer_types` is cut to the depth (a generator's config was made shallower after construction, and the network
-    built the first `num_hidden_layers` of them)."""
-    known = set(config_class().to_dict()) | set(OPTIONAL_FIELDS)
-    fields = {k: v for k, v in config.to_dict().items() if k in known and k not in ("architectures", "model_type")}
-    if isinstance(fields.get("layer_types"), list):
-        fields["layer_types"] = fields["layer_types"][: fields["num_hidden_layers"]]
-    return config_class(**fields)

@@ -8,10 +8,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..models.configuration_composed import two_networks
 from ..utils import BertologyError
-from .backbones import BACKBONES, Backbone
+from .backbones import BACKBONES, Backbone, rtd_networks
 from .base import Network, Variant
-from .composed import rtd_networks
 from .recipe import VARIANTS
 
 
@@ -63,12 +63,18 @@ def kind_of(source) -> Kind | None:
     names, fields = _names_and_fields(source)
     for backbone in BACKBONES.values():
         if {backbone.model_class.__name__, backbone.config_class.__name__} & names:
-            joint = bool(fields.get("replaced_token_detection"))
-            return Kind(VARIANTS.get(fields.get("objective")), backbone, rtd_networks(backbone) if joint else ())
-    for variant in VARIANTS.values():
-        if {variant.model_class.__name__, variant.config_class.__name__} & names:
-            return Kind(variant, None, variant.networks)
-    return None
+            variant = VARIANTS.get(fields.get("objective"))
+            if variant is not None and variant.model_class is backbone.model_class:  # a row on composed classes
+                return Kind(variant, None, variant.networks)
+            return Kind(variant, backbone, rtd_networks(backbone) if two_networks(fields) else ())
+    rows = [v for v in VARIANTS.values() if {v.model_class.__name__, v.config_class.__name__} & names]
+    if not rows:
+        return None
+    # rows on the same classes (ELECTRA, ELECTRA 15%): the one whose telling fields the config holds, the most
+    variant = max(
+        rows, key=lambda v: (all(fields.get(k) == x for k, x in v.identified_by.items()), len(v.identified_by))
+    )
+    return Kind(variant, None, variant.networks)
 
 
 def networks_of(source) -> tuple[Network, ...]:

@@ -11,11 +11,11 @@ from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 from ..data.vocab import train_tokenizer
 from ..utils import BertologyError
-from . import albert, bert, deberta_v3, electra, modernbert, roberta, spanbert, xlnet
+from . import albert, bert, deberta_v3, electra, electra_15, modernbert, replace_mlm, roberta, spanbert, xlnet
 from .backbones import BACKBONES, PART_FIELDS
 from .base import CONFIG_ERRORS, Network, Variant, _fields, _one_line, check_override_keys
 
-FAMILY_MODULES = (bert, roberta, spanbert, albert, xlnet, electra, deberta_v3, modernbert)
+FAMILY_MODULES = (bert, roberta, spanbert, albert, xlnet, electra, deberta_v3, modernbert, electra_15, replace_mlm)
 VARIANTS: dict[str, Variant] = {family.VARIANT.name: family.VARIANT for family in FAMILY_MODULES}
 PRESETS: dict[str, dict[str, Any]] = {
     name: preset for family in FAMILY_MODULES for name, preset in family.PRESETS.items()
@@ -63,10 +63,11 @@ class Recipe:
 
     @property
     def plain_auto_class(self) -> str:
-        """The plain-transformers class that loads the checkpoint (a composed RTD model: its discriminator)."""
+        """The plain-transformers class that loads the checkpoint (a composed model with a generator: its
+        discriminator)."""
         if self.backbone is None:
             return self.variant.plain_auto_class
-        return "AutoModel" if self.config.replaced_token_detection else "AutoModelForMaskedLM"
+        return "AutoModel" if self.config.writes_joint_type else "AutoModelForMaskedLM"
 
     @property
     def padding_free(self) -> bool:

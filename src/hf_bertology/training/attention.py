@@ -19,7 +19,7 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from ..models.masked_lm import PACKED_IMPLEMENTATIONS
+from ..models.step import PACKED_IMPLEMENTATIONS
 
 PACKED_ATTENTION = PACKED_IMPLEMENTATIONS[0]  # "sdpa_packed": ours, registered by `register_packed_attention`
 

@@ -313,12 +313,12 @@ class BertologyTrainer(OfficialOptimizers, Trainer):
 
     # -- 2. component losses ---------------------------------------------------------------------------------
     def _smooth_in_the_model(self) -> None:
-        """`--label_smoothing_factor` goes into the model's language-model loss (`models/lm_loss.py`), in training
+        """`--label_smoothing_factor` goes into the model's loss hook (`models/token_loss.py`), in training
         and evaluation as transformers smooths: its `LabelSmoother` reads `outputs["logits"]` against the dense
         labels, which our sparse heads and their several losses do not return (it would fail), and it would smooth
         the sentence and RTD losses' total."""
-        if self.label_smoother is not None and hasattr(self.model, "label_smoothing"):
-            self.model.label_smoothing = self.label_smoother.epsilon
+        if self.label_smoother is not None and hasattr(self.model, "token_loss"):
+            self.model.token_loss.label_smoothing = self.label_smoother.epsilon
             self.label_smoother = None
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
