@@ -15,8 +15,8 @@ VARIANT = replace(
     electra.VARIANT,
     name="electra-15",
     identified_by={"rtd_loss_positions": "masked"},  # its checkpoints are ELECTRA's classes
-    card_objective="ELECTRA 15%: ELECTRA's replaced-token detection with the discriminator's loss over the 15% chosen "
-    "tokens only (Clark et al. 2020, Table 5)",
+    card_objective="ELECTRA 15%: ELECTRA's replaced-token detection with the discriminator's loss over the chosen "
+    "(masked) tokens only, 15% in the paper and 25% at mini size (Clark et al. 2020, Table 5)",
 )
 
 # The paper's small and base settings (Table 6, as ELECTRA's presets), mini and tiny; the one field changed.
