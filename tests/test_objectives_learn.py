@@ -123,3 +123,36 @@ def test_the_sweep_script_records_each_candidates_held_out_evaluations(tmp_path,
     assert table[0].startswith("| lr | warmup | other changes | AUC @0 | AUC @2 | AUC @4 |") and len(table) == 4
     best = max(rows, key=lambda row: row["evaluations"][-1]["eval_disc_auc"])
     assert [line.startswith("| **") for line in table[2:]] == [row is best for row in rows]
+
+
+def test_each_mini_sweep_is_its_family_pages_table_and_its_choice_the_preset():
+    """Issue 52, item 2: a family's mini sweep (docs/recipes/sweeps/<recipe>.jsonl, learning rate and warmup only)
+    stands on the family's page as `benchmarks/sweep_table.py` prints it, and the candidate it chooses is the preset's."""
+    import importlib.util
+    import json
+    import shlex
+    from pathlib import Path
+
+    import hf_bertology as hb
+    from hf_bertology.recipes.base import SMALL_TRAINING
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("sweep_table", root / "benchmarks" / "sweep_table.py")
+    sweep_table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep_table)
+    swept = []
+    for path in sorted((root / "docs" / "recipes" / "sweeps").glob("*-mini.jsonl")):
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        words = [dict(word.split("=", 1) for word in shlex.split(row["candidate"])) for row in rows]
+        if any(set(w) - {"lr", "warmup"} for w in words):  # electra-mini's sweep changes the objective: its own table
+            continue
+        recipe = path.stem
+        page = root / "docs" / "recipes" / f"{recipe.removesuffix('-mini').replace('-', '_')}.md"
+        assert sweep_table.table(rows) in page.read_text(), f"{page.name} lacks the table of {path.name}"
+        best = rows.index(sweep_table.chosen(rows))  # the best, where it beats the shared settings by the margin
+        training = hb.get_recipe(recipe).training_defaults
+        assert training["learning_rate"] == float(words[best]["lr"]), recipe
+        warmup = words[best].get("warmup", SMALL_TRAINING["mini"]["warmup_steps"])  # no `warmup`: the shared one
+        assert training["warmup_steps"] == float(warmup), recipe
+        swept.append(recipe)
+    assert "bert-mini" in swept and "roberta-mini" in swept, swept
