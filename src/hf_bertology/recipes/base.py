@@ -80,7 +80,14 @@ SMALL_TRAINING = {
 SMALL_DATA = {"mini": {"vocab_size": 8000, "max_seq_length": 128}, "tiny": {"vocab_size": 1000, "max_seq_length": 64}}
 
 
-def make_preset(variant: str, size: str, config=None, training=None, tuned: dict | None = None, **data) -> dict:
+def make_preset(
+    variant: str,
+    size: str,
+    config: dict | None = None,
+    training: dict | None = None,
+    tuned: dict | None = None,
+    **data,
+) -> dict:
     """A preset's row. `tuned`: a small size's training settings chosen by the family's sweep (issue 52, the family
     page's "Mini sweep"), over `SMALL_TRAINING`'s shared ones."""
     small = size in SMALL_DATA

@@ -96,7 +96,9 @@ VARIANT = Variant(
 )
 
 
-def _deberta_v3_preset(size: str, lr: float | None = None, batch: int | None = None, tuned=None) -> dict:
+def _deberta_v3_preset(
+    size: str, lr: float | None = None, batch: int | None = None, tuned: dict | None = None
+) -> dict:
     """A DeBERTa-v3 preset: the official sizes (xsmall, small) or the shared ones (base, large, mini, tiny)."""
     base_size = size if size in SIZES else "base"
     seq_len = SMALL_DATA[size]["max_seq_length"] if size in SMALL_DATA else 512
