@@ -332,6 +332,9 @@ def test_compare_wall_time_budget_without_glue(compare_inputs, tmp_path):
         (["--budget_flops", "1e9", "--baseline", "roberta-tiny"], "must be one of --recipes"),
         (["--budget_flops", "1e9", "--glue_tasks", "sst2"], "needs --glue_data_dir"),
         (["--budget_flops", "-1"], "positive"),
+        (["--budget_flops", "1e9", "--glue_seeds", "1,1"], "distinct seeds"),
+        (["--budget_flops", "1e9", "--glue_seeds", "1,two"], "comma-separated integers"),
+        (["--budget_flops", "1e9", "--glue_seeds", "1,-3"], "--glue_seeds"),
     ],
 )
 def test_compare_argument_errors(tmp_path, extra, message):
@@ -340,6 +343,66 @@ def test_compare_argument_errors(tmp_path, extra, message):
     argv = ["--recipes", "bert-tiny", "--train_file", "x.txt", "--output_dir", str(tmp_path), "--glue_tasks", ""]
     with pytest.raises(BertologyError, match=message):
         compare.main(argv + extra)
+
+
+def test_glue_summary_over_seeds_is_the_mean_and_its_standard_error():
+    """Issue 52 item 4: with several fine-tuning seeds a task's score is the mean over seeds of its GLUE score, its
+    standard error the sample standard deviation over seeds / √seeds, and the GLUE average's error is over the seeds'
+    own averages (WNLI left out of the average, as GLUE does). Figures by hand."""
+    from hf_bertology.evaluation.compare import summarise_glue
+
+    runs = {
+        "sst2": {1: {"eval_accuracy": 0.60}, 2: {"eval_accuracy": 0.70}, 3: {"eval_accuracy": 0.80}},
+        "stsb": {
+            s: {"eval_pearson": p, "eval_spearmanr": q} for s, p, q in ((1, 0.1, 0.3), (2, 0.2, 0.2), (3, 0.3, 0.7))
+        },
+        "wnli": {1: {"eval_accuracy": 0.5}, 2: {"eval_accuracy": 0.4}, 3: {"eval_accuracy": 0.3}},
+    }
+    got = summarise_glue(runs)
+    assert got["glue_scores"]["sst2"] == pytest.approx(0.70)
+    assert got["glue_scores_se"]["sst2"] == pytest.approx(0.1 / 3**0.5)  # std of 0.6, 0.7, 0.8 is 0.1
+    assert got["glue_scores"]["stsb"] == pytest.approx(0.30)  # per seed 0.2, 0.2, 0.5
+    assert got["glue_scores_se"]["stsb"] == pytest.approx(0.3 / 3**0.5 / 3**0.5)  # std of 0.2, 0.2, 0.5: √0.03
+    averages = [(0.6 + 0.2) / 2, (0.7 + 0.2) / 2, (0.8 + 0.5) / 2]
+    assert got["glue_average"] == pytest.approx(sum(averages) / 3)
+    mean = sum(averages) / 3
+    std = (sum((a - mean) ** 2 for a in averages) / 2) ** 0.5
+    assert got["glue_average_se"] == pytest.approx(std / 3**0.5)
+    assert got["glue"]["stsb"] == pytest.approx({"eval_pearson": 0.2, "eval_spearmanr": 0.4})
+    assert got["glue_runs"]["sst2"]["2"] == {"eval_accuracy": 0.70}
+    # one seed: that run's own figures, no error bar
+    one = summarise_glue({"sst2": {7: {"eval_accuracy": 0.65, "epoch": 2.0}}})
+    assert one["glue"]["sst2"] == {"eval_accuracy": 0.65, "epoch": 2.0} and one["glue_average"] == 0.65
+    assert one["glue_scores_se"] == {"sst2": None} and one["glue_average_se"] is None
+
+
+def test_compare_fine_tunes_once_per_glue_seed(compare_inputs, tmp_path):
+    """`--glue_seeds 1,2`: each model is fine-tuned once per seed, in `glue/<model>/<task>/seed-<s>/`, each run with
+    its own `--seed`; results.json and the report give the mean ± standard error of those runs."""
+    from hf_bertology.evaluation import compare
+
+    corpus, glue_dir = compare_inputs
+    out = tmp_path / "seeds"
+    argv = _argv(corpus, glue_dir, out, budget="1e8") + ["--glue_seeds", "1,2", "--baseline", "none"]
+    argv[argv.index("--recipes") + 1] = "bert-tiny"
+    compare.main(argv)
+    saved = json.loads((out / "results.json").read_text())
+    entry, runs = saved["models"]["bert-tiny"], {}
+    for seed in (1, 2):
+        task_dir = out / "glue" / "bert-tiny" / "sst2" / f"seed-{seed}"
+        runs[seed] = json.loads((task_dir / "all_results.json").read_text())
+        recorded = json.loads((task_dir / "compare_finetune.json").read_text())
+        assert recorded[recorded.index("--seed") + 1] == str(seed)
+    assert not (out / "glue" / "bert-tiny" / "sst2" / "all_results.json").exists()
+    assert runs[1]["train_loss"] != runs[2]["train_loss"]  # the seeds made different runs
+    assert entry["glue_runs"]["sst2"] == {"1": runs[1], "2": runs[2]}
+    accuracies = [runs[1]["eval_accuracy"], runs[2]["eval_accuracy"]]
+    assert entry["glue_scores"]["sst2"] == pytest.approx(sum(accuracies) / 2)
+    assert entry["glue_scores_se"]["sst2"] == pytest.approx(abs(accuracies[0] - accuracies[1]) / 2)
+    assert saved["settings"]["glue_seeds"] == [1, 2]
+    report = (out / "report.md").read_text()
+    score = f"{100 * entry['glue_scores']['sst2']:.2f} ± {100 * entry['glue_scores_se']['sst2']:.2f}"
+    assert f"| {score} | **{score}** |" in report and "seeds 1, 2 (one fine-tuning run a seed" in report
 
 
 def test_no_glue_tasks_means_no_baseline():

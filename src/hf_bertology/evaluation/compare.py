@@ -73,6 +73,13 @@ class CompareArguments:
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep this many pretraining examples."})
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for `datasets.map`."})
     seed: int = field(default=42, metadata={"help": "Seed of every pretraining and fine-tuning run."})
+    glue_seeds: str | None = field(
+        default=None,
+        metadata={
+            "help": "Comma-separated fine-tuning seeds, e.g. `42,43,44` (default: --seed). With more than one, each "
+            "model is fine-tuned once per seed and the report gives each task's mean ± standard error over them."
+        },
+    )
     logging_steps: int = field(default=10, metadata={"help": "Pretraining loss is logged (and plotted) this often."})
     warmup_fraction: float = field(default=0.06, metadata={"help": "Share of the budget spent warming up the lr."})
     budget_schedule: bool = field(
@@ -132,6 +139,8 @@ def check_ranges(args: CompareArguments) -> None:
     check_range("--checkpoint_steps", args.checkpoint_steps, 0, hint=" (0: never)")
     check_range("--preprocessing_num_workers", args.preprocessing_num_workers, 0)
     check_range("--seed", args.seed, 0, SEED_LIMIT, high_open=True)
+    for seed in glue_seeds(args):
+        check_range("--glue_seeds", seed, 0, SEED_LIMIT, high_open=True)
     check_range("--warmup_fraction", args.warmup_fraction, 0, 1, high_open=True)
     check_range("--glue_epochs", args.glue_epochs, 0, low_open=True)
     check_range("--glue_learning_rate", args.glue_learning_rate, 0, low_open=True)
@@ -141,6 +150,19 @@ def check_ranges(args: CompareArguments) -> None:
                 f"--{flag} holds a --hub_token, which the comparison's settings files would keep: set HF_TOKEN or "
                 "run `hf auth login` instead"
             )
+
+
+def glue_seeds(args: CompareArguments) -> list[int]:
+    """The fine-tuning seeds: `--glue_seeds`, or `--seed` alone."""
+    if args.glue_seeds is None:
+        return [args.seed]
+    try:
+        seeds = [int(seed) for seed in _split(args.glue_seeds)]
+    except ValueError:
+        raise BertologyError(f"--glue_seeds takes comma-separated integers, got {args.glue_seeds!r}") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise BertologyError(f"--glue_seeds needs distinct seeds, got {args.glue_seeds!r}")
+    return seeds
 
 
 def check_args(args: CompareArguments) -> tuple[list[str], list[str], str | None]:
@@ -312,10 +334,13 @@ def make_baseline(args: CompareArguments, arch: str) -> Path:
 # --------------------------------------------------------------------------------------------------------------------
 # Fine-tuning
 # --------------------------------------------------------------------------------------------------------------------
-def finetune(args: CompareArguments, model_dir: Path, model_name: str, task: str) -> dict[str, float]:
-    """GLUE dev metrics of `model_dir` on `task` (`glue/<model>/<task>/all_results.json`, reused when the run
-    finished: `compare_finetune.json` beside it)."""
+def finetune(args: CompareArguments, model_dir: Path, model_name: str, task: str, seed: int) -> dict[str, float]:
+    """GLUE dev metrics of `model_dir` on `task` with fine-tuning seed `seed` (`glue/<model>/<task>/all_results.json`,
+    or `glue/<model>/<task>/seed-<seed>/` with several --glue_seeds; reused when the run finished:
+    `compare_finetune.json` beside it)."""
     out = Path(args.output_dir) / "glue" / model_name / task
+    if len(glue_seeds(args)) > 1:
+        out = out / f"seed-{seed}"
     results, settings = out / "all_results.json", out / FINETUNE_SETTINGS
     argv = [
         "--model_name_or_path", str(model_dir),
@@ -327,7 +352,7 @@ def finetune(args: CompareArguments, model_dir: Path, model_name: str, task: str
         "--per_device_train_batch_size", str(args.glue_batch_size),
         "--per_device_eval_batch_size", str(max(64, args.glue_batch_size)),
         "--max_seq_length", str(args.glue_max_seq_length),
-        "--seed", str(args.seed),
+        "--seed", str(seed),
         "--save_strategy", "no",
         "--report_to", "none",
     ]  # fmt: skip
@@ -362,11 +387,37 @@ def finetuned_from(model_dir: Path) -> str:
     return model_args.model_name_or_path
 
 
-def summarise_glue(results: dict[str, dict[str, float]]) -> tuple[dict[str, float | None], float | None]:
-    """Per-task GLUE scores (mean of a task's metrics) and their average (WNLI excluded, as glue_table does)."""
-    scores = {task: task_score(task, res) for task, res in results.items()}
-    counted = [s for t, s in scores.items() if s is not None and t != "wnli"]
-    return scores, (float(np.mean(counted)) if counted else None)
+def summarise_glue(runs: dict[str, dict[int, dict[str, float]]]) -> dict[str, Any]:
+    """A model's GLUE figures from its runs (task -> seed -> all_results.json): each metric's mean over the seeds
+    (`glue`), each task's score (mean of its metrics) and the GLUE average over tasks (WNLI excluded, as glue_table
+    does), and with several seeds their standard errors over seeds (sample standard deviation / √seeds)."""
+    glue = {task: _mean_metrics(list(by_seed.values())) for task, by_seed in runs.items()}
+    per_seed = {task: [task_score(task, res) for res in by_seed.values()] for task, by_seed in runs.items()}
+    counted = [task for task in runs if task != "wnli" and None not in per_seed[task]]
+    averages = [float(np.mean(scores)) for scores in zip(*(per_seed[t] for t in counted))] if counted else []
+    return {
+        "glue_runs": {task: {str(seed): res for seed, res in by_seed.items()} for task, by_seed in runs.items()},
+        "glue": glue,
+        "glue_scores": {task: task_score(task, res) for task, res in glue.items()},
+        "glue_scores_se": {task: _standard_error(scores) for task, scores in per_seed.items()},
+        "glue_average": float(np.mean(averages)) if averages else None,
+        "glue_average_se": _standard_error(averages),
+    }
+
+
+def _mean_metrics(results: list[dict[str, float]]) -> dict[str, float]:
+    """Each numeric metric's mean over runs (one run: its own values, unchanged)."""
+    if len(results) == 1:
+        return results[0]
+    keys = [k for k, v in results[0].items() if isinstance(v, (int, float)) and all(k in r for r in results)]
+    return {k: float(np.mean([r[k] for r in results])) for k in keys}
+
+
+def _standard_error(values: list[float | None]) -> float | None:
+    """Standard error of the mean of `values` over seeds; None with fewer than two values or a missing one."""
+    if len(values) < 2 or None in values:
+        return None
+    return float(np.std(values, ddof=1) / np.sqrt(len(values)))
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -386,7 +437,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     output_dir.mkdir(parents=True, exist_ok=True)
 
     names = recipes + ([BASELINE] if baseline else [])
-    units = len(recipes) + len(names) * len(tasks) + (1 if baseline else 0)
+    seeds = glue_seeds(args)
+    units = len(recipes) + len(names) * len(tasks) * len(seeds) + (1 if baseline else 0)
     progress = tqdm(total=units, desc="compare", unit="run", dynamic_ncols=True)
     models: dict[str, dict[str, Any]] = {}
     for name in recipes:
@@ -405,13 +457,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     for name in names:
         models[name]["finetuned_from"] = finetuned_from(Path(models[name]["model_dir"]))
-        glue_results = {}
+        runs: dict[str, dict[int, dict[str, float]]] = {task: {} for task in tasks}
         for task in tasks:
-            progress.set_postfix_str(f"{name} on {task}")
-            glue_results[task] = finetune(args, Path(models[name]["model_dir"]), name, task)
-            progress.update()
-        scores, average = summarise_glue(glue_results)
-        models[name].update(glue=glue_results, glue_scores=scores, glue_average=average)
+            for seed in seeds:
+                progress.set_postfix_str(f"{name} on {task}" + (f", seed {seed}" if len(seeds) > 1 else ""))
+                runs[task][seed] = finetune(args, Path(models[name]["model_dir"]), name, task, seed)
+                progress.update()
+        models[name].update(summarise_glue(runs))
     progress.close()
 
     settings = {
@@ -419,6 +471,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "recipes": recipes,
         "glue_tasks": tasks,
         "baseline": baseline,
+        "glue_seeds": seeds,
         "vocab_size": vocab_size,
         "max_seq_length": max_seq_length,
         "corpus": ", ".join(args.train_file or []) or f"{args.dataset_name} ({args.dataset_config_name or 'default'})",

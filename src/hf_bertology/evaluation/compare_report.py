@@ -26,6 +26,20 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.2f}"
 
 
+def _pct_se(value: float | None, se: float | None) -> str:
+    """A score ×100, with its standard error over fine-tuning seeds when there is one."""
+    return _pct(value) + ("" if se is None or value is None else f" ± {100 * se:.2f}")
+
+
+def _seeds_text(seeds: list[int]) -> str:
+    if len(seeds) == 1:
+        return f"seed {seeds[0]}"
+    return (
+        f"seeds {', '.join(map(str, seeds))} (one fine-tuning run a seed, all from the same pretrained model; a "
+        "score is the mean over seeds ± its standard error, sample standard deviation / √seeds)"
+    )
+
+
 def _flops(value: float | None) -> str:
     return "—" if not value else f"{value:.3g}"
 
@@ -54,7 +68,8 @@ def report_markdown(results: dict[str, Any]) -> str:
         ),
         "",
         f"Fine-tuning: {settings['glue_epochs']:g} epochs, lr {settings['glue_learning_rate']:g}, batch "
-        f"{settings['glue_batch_size']}, max length {settings['glue_max_seq_length']}, seed {settings['seed']}"
+        f"{settings['glue_batch_size']}, max length {settings['glue_max_seq_length']}, "
+        + _seeds_text(settings.get("glue_seeds") or [settings["seed"]])
         + (
             f", first {settings['glue_max_train_samples']} training examples"
             if settings["glue_max_train_samples"]
@@ -82,8 +97,8 @@ def report_markdown(results: dict[str, Any]) -> str:
         losses = ", ".join(f"{k} {v:.3f}" for k, v in (pre.get("final_losses") or {}).items())
         row = [
             f"**{name}**" if name != BASELINE else f"{name} ({settings['baseline']} arch)",
-            *(_pct(entry["glue_scores"].get(t)) for t in tasks),
-            f"**{_pct(entry['glue_average'])}**",
+            *(_pct_se(entry["glue_scores"].get(t), entry.get("glue_scores_se", {}).get(t)) for t in tasks),
+            f"**{_pct_se(entry['glue_average'], entry.get('glue_average_se'))}**",
             _flops(pre.get("flops")),
             _flops(pre.get("flops_per_token")),
             f"{pre['tokens']:,}" if pre else "0",
@@ -151,7 +166,8 @@ def make_plots(results: dict[str, Any], output_dir: Path) -> list[Path]:
             ax.axhline(100 * average, color="gray", linestyle="--", label=f"{name} (no pretraining)")
             continue
         flops = entry["pretrain"]["flops"]
-        ax.scatter([flops], [100 * average], s=40, zorder=3)
+        se = entry.get("glue_average_se")
+        ax.errorbar([flops], [100 * average], yerr=None if se is None else [100 * se], fmt="o", capsize=3, zorder=3)
         ax.annotate(name, (flops, 100 * average), textcoords="offset points", xytext=(5, 4), fontsize=9)
     ax.set_xlim(left=0)
     paths.append(_save_plot(fig, ax, output_dir, "glue_vs_flops.png"))
