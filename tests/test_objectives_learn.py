@@ -165,4 +165,6 @@ def test_each_mini_sweep_is_its_family_pages_table_and_its_choice_the_preset():
             assert training[name.removeprefix("--")] == value, (recipe, name)
         swept.append(recipe)
     families = {"bert", "roberta", "spanbert", "albert", "xlnet", "modernbert", "deberta-v3"}
-    assert {f"{family}-mini" for family in families} <= set(swept), swept  # every family but ELECTRA, whose is a screen
+    assert {f"{family}-mini" for family in families} <= set(swept), (
+        swept
+    )  # every family but ELECTRA, whose is a screen

@@ -97,12 +97,19 @@ VARIANT = Variant(
 
 
 def _deberta_v3_preset(
-    size: str, lr: float | None = None, batch: int | None = None, tuned: dict | None = None
+    size: str,
+    lr: float | None = None,
+    batch: int | None = None,
+    tuned: dict | None = None,
+    changes: dict | None = None,
 ) -> dict:
-    """A DeBERTa-v3 preset: the official sizes (xsmall, small) or the shared ones (base, large, mini, tiny)."""
+    """A DeBERTa-v3 preset: the official sizes (xsmall, small) or the shared ones (base, large, mini, tiny), with the
+    official prediction cap for its mask rate and length. `changes`: a small size's config changes (its sweep's)."""
     base_size = size if size in SIZES else "base"
     seq_len = SMALL_DATA[size]["max_seq_length"] if size in SMALL_DATA else 512
-    config = {**DEBERTA_V3_SIZES.get(size, {}), "max_predictions_per_seq": deberta_max_predictions(0.15, seq_len)}
+    mask = (changes or {}).get("mlm_probability", 0.15)
+    config = {**DEBERTA_V3_SIZES.get(size, {}), **(changes or {})}
+    config["max_predictions_per_seq"] = deberta_max_predictions(mask, seq_len)
     training = {**DEBERTA_V3_TRAINING, "learning_rate": lr, "global_batch_size": batch}
     data = {} if size in SMALL_DATA else {"vocab_size": 128100, "max_seq_length": 512}
     training = {k: v for k, v in training.items() if v is not None}
@@ -111,14 +118,17 @@ def _deberta_v3_preset(
     return {**preset, "tokenizer": DEBERTA_V3_TOKENIZER}
 
 
-# Ours, not the paper's: the mini size's settings chosen by its sweep (docs/recipes/deberta_v3.md "Mini sweep (CPU)")
-DEBERTA_V3_MINI = {"learning_rate": 2e-4, "warmup_steps": 0.2}
+# Ours, not the paper's: the mini size's settings chosen by its sweep (docs/recipes/deberta_v3.md "Mini sweep (CPU)").
+# At the shared lr and warmup its discriminator collapses to the constant guess as ELECTRA-mini's did, and ELECTRA-
+# mini's cure works here too: Adam with bias correction, the generator sampled at temperature 3, a 25% mask.
+DEBERTA_V3_MINI = {"optim_args": "bias_correction=True"}
+DEBERTA_V3_MINI_CHANGES = {"sampling_temperature": 3.0, "mlm_probability": 0.25}
 
 PRESETS: dict[str, dict[str, Any]] = {
     "deberta-v3-xsmall": _deberta_v3_preset("xsmall", lr=3e-4, batch=64),
     "deberta-v3-small": _deberta_v3_preset("small", lr=1e-4, batch=256),
     "deberta-v3-base": _deberta_v3_preset("base", lr=1e-4, batch=256),
     "deberta-v3-large": _deberta_v3_preset("large", lr=1e-4, batch=256),
-    "deberta-v3-mini": _deberta_v3_preset("mini", tuned=DEBERTA_V3_MINI),
+    "deberta-v3-mini": _deberta_v3_preset("mini", tuned=DEBERTA_V3_MINI, changes=DEBERTA_V3_MINI_CHANGES),
     "deberta-v3-tiny": _deberta_v3_preset("tiny"),
 }
